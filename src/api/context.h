@@ -1,0 +1,26 @@
+// The a4w4_context object: settings shared by the calls made through it. Reads and writes of its
+// settings are atomic, so one context may serve several threads at once.
+#pragma once
+
+#include <atomic>
+
+#include "a4w4/a4w4.h"
+#include "dispatch/problem.h"
+
+struct a4w4_context_t {
+  std::atomic<a4w4_backend> backend{A4W4_BACKEND_AUTO};
+  std::atomic<int> num_threads{0};  // 0 = one per hardware thread
+};
+
+namespace a4w4 {
+
+// Fails with A4W4_ERROR_INVALID_ARGUMENT when ctx is NULL.
+a4w4_context_t& checked_context(a4w4_context ctx);
+
+// The backend that runs a call whose operands all live on `device`: honours the context's choice,
+// fails when that backend is not compiled in, has no device, or does not serve `device`.
+a4w4_backend resolve_backend(const a4w4_context_t& ctx, a4w4_device device);
+
+ExecConfig exec_config(const a4w4_context_t& ctx);
+
+}  // namespace a4w4

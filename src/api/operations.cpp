@@ -1,0 +1,204 @@
+// The C entry points for quantize, dequantize and GEMM: every argument is checked here, before
+// anything is written, then the validated problem goes to the backend that serves its device.
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "a4w4/a4w4.h"
+#include "api/context.h"
+#include "api/error.h"
+#include "api/tensor_checks.h"
+#include "backends/cpu/reference.h"
+#include "dispatch/registry.h"
+
+namespace a4w4 {
+namespace {
+
+constexpr std::initializer_list<a4w4_dtype> kFloatDtypes = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16,
+                                                            A4W4_DTYPE_F16};
+
+// All operands of one call must live on one device; returns it.
+const char* device_kind(const a4w4_device& device) {
+  return device.type == A4W4_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+a4w4_device common_device(std::span<const MatrixView* const> views) {
+  const MatrixView& first = *views.front();
+  for (const MatrixView* view : views) {
+    if (view->device.type != first.device.type || view->device.ordinal != first.device.ordinal)
+      fail(A4W4_ERROR_DEVICE_MISMATCH, "{} is on {}:{} but {} is on {}:{}", view->name,
+           device_kind(view->device), view->device.ordinal, first.name, device_kind(first.device),
+           first.device.ordinal);
+  }
+  return first.device;
+}
+
+[[noreturn]] void no_kernel(a4w4_backend backend, const char* operation) {
+  fail(A4W4_ERROR_KERNEL_NOT_APPLICABLE, "no {} {} kernel is available in this build",
+       a4w4_backend_name(backend), operation);
+}
+
+PackedOperand packed(const MatrixView& values, const MatrixView& scales) {
+  return PackedOperand{static_cast<const uint8_t*>(values.data), values.row_stride_bytes(),
+                       static_cast<const uint8_t*>(scales.data), scales.row_stride};
+}
+
+// Checks values [rows, K] E2M1 with scales [rows, K/32] E8M0 and returns (values, scales).
+std::pair<MatrixView, MatrixView> check_packed(const a4w4_tensor* values, const char* name,
+                                               const a4w4_tensor* scales,
+                                               const char* scale_name) {
+  MatrixView v = check_matrix(values, name, {A4W4_DTYPE_E2M1});
+  check_k(v, v.cols);
+  MatrixView s = check_matrix(scales, scale_name, {A4W4_DTYPE_E8M0});
+  expect_shape(s, v.rows, v.cols / 32, "one scale per 32 elements of each row");
+  return {v, s};
+}
+
+}  // namespace
+}  // namespace a4w4
+
+extern "C" {
+
+a4w4_status a4w4_quantize(a4w4_context ctx, const a4w4_tensor* x, const a4w4_tensor* q,
+                          const a4w4_tensor* scale, a4w4_scale_mode mode, void* stream) {
+  using namespace a4w4;
+  return guarded(__func__, [&] {
+    const a4w4_context_t& context = checked_context(ctx);
+    const MatrixView xv = check_matrix(x, "x", kFloatDtypes);
+    check_k(xv, xv.cols);
+    const MatrixView qv = check_matrix(q, "q", {A4W4_DTYPE_E2M1});
+    expect_shape(qv, xv.rows, xv.cols, "the shape of x");
+    const MatrixView sv = check_matrix(scale, "scale", {A4W4_DTYPE_E8M0});
+    expect_shape(sv, xv.rows, xv.cols / 32, "one scale per 32 elements of each row of x");
+    if (mode != A4W4_SCALE_FLOOR && mode != A4W4_SCALE_RCEIL && mode != A4W4_SCALE_EVEN)
+      fail(A4W4_ERROR_INVALID_ARGUMENT, "mode: {} is not an a4w4_scale_mode value",
+           static_cast<int>(mode));
+    const MatrixView* views[] = {&xv, &qv, &sv};
+    const a4w4_device device = common_device(views);
+    const a4w4_backend backend = resolve_backend(context, device);
+    expect_disjoint(qv, xv);
+    expect_disjoint(sv, xv);
+    expect_disjoint(sv, qv);
+    const QuantizeProblem problem{xv.rows,
+                                  xv.cols,
+                                  FloatOperand{xv.data, xv.dtype, xv.row_stride},
+                                  static_cast<uint8_t*>(qv.data),
+                                  qv.row_stride_bytes(),
+                                  static_cast<uint8_t*>(sv.data),
+                                  sv.row_stride,
+                                  mode,
+                                  device,
+                                  stream};
+    if (backend != A4W4_BACKEND_CPU) no_kernel(backend, "quantize");
+    cpu::reference_quantize(problem, exec_config(context));
+  });
+}
+
+a4w4_status a4w4_dequantize(a4w4_context ctx, const a4w4_tensor* q, const a4w4_tensor* scale,
+                            const a4w4_tensor* y, void* stream) {
+  using namespace a4w4;
+  return guarded(__func__, [&] {
+    const a4w4_context_t& context = checked_context(ctx);
+    const auto [qv, sv] = check_packed(q, "q", scale, "scale");
+    const MatrixView yv = check_matrix(y, "y", kFloatDtypes);
+    expect_shape(yv, qv.rows, qv.cols, "the shape of q");
+    const MatrixView* views[] = {&qv, &sv, &yv};
+    const a4w4_device device = common_device(views);
+    const a4w4_backend backend = resolve_backend(context, device);
+    expect_disjoint(yv, qv);
+    expect_disjoint(yv, sv);
+    const DequantizeProblem problem{
+        qv.rows, qv.cols, packed(qv, sv), yv.data, yv.dtype, yv.row_stride, device, stream};
+    if (backend != A4W4_BACKEND_CPU) no_kernel(backend, "dequantize");
+    cpu::reference_dequantize(problem, exec_config(context));
+  });
+}
+
+a4w4_status a4w4_gemm(a4w4_context ctx, const a4w4_tensor* a, const a4w4_tensor* a_scale,
+                      const a4w4_tensor* b, const a4w4_tensor* b_scale, const a4w4_tensor* c,
+                      const a4w4_tensor* bias, const a4w4_tensor* d,
+                      const a4w4_gemm_options* options, void* stream) {
+  using namespace a4w4;
+  return guarded(__func__, [&] {
+    const a4w4_context_t& context = checked_context(ctx);
+    a4w4_gemm_options opts;
+    a4w4_gemm_options_init(&opts);
+    if (options != nullptr) {
+      if (options->struct_size != sizeof(a4w4_gemm_options))
+        fail(A4W4_ERROR_INVALID_ARGUMENT,
+             "options: struct_size is {}, expected {} (initialise it with "
+             "a4w4_gemm_options_init)",
+             options->struct_size, sizeof(a4w4_gemm_options));
+      opts = *options;
+    }
+
+    const auto [av, asv] = check_packed(a, "a", a_scale, "a_scale");
+    const int64_t m = av.rows, k = av.cols;
+    const auto [bv, bsv] = check_packed(b, "b", b_scale, "b_scale");
+    const int64_t n = bv.rows;
+    if (bv.cols != k)
+      fail(A4W4_ERROR_SHAPE_MISMATCH, "b: expected shape [N, {}] (K of a), got [{}, {}]", k,
+           bv.rows, bv.cols);
+    const MatrixView dv = check_matrix(d, "d", kFloatDtypes);
+    expect_shape(dv, m, n, "[M, N] from a and b");
+
+    std::vector<const MatrixView*> operands = {&av, &asv, &bv, &bsv, &dv};
+    MatrixView cv{}, biasv{};
+    bool c_is_d = false;
+    if (c != nullptr) {
+      cv = check_matrix(c, "c", kFloatDtypes);
+      expect_shape(cv, m, n, "[M, N] like d");
+      c_is_d = cv.data == dv.data;
+      if (c_is_d && (cv.row_stride != dv.row_stride || cv.dtype != dv.dtype))
+        fail(A4W4_ERROR_INVALID_ARGUMENT,
+             "c: may alias d only as the very same tensor (same dtype and strides)");
+      operands.push_back(&cv);
+    }
+    if (bias != nullptr) {
+      biasv = check_vector(bias, "bias", kFloatDtypes);
+      if (biasv.rows != n)
+        fail(A4W4_ERROR_SHAPE_MISMATCH, "bias: expected shape [{}] (N of b), got [{}]", n,
+             biasv.rows);
+      operands.push_back(&biasv);
+    }
+
+    const int64_t blocks = k / 32;
+    if (opts.split_k < 0 || opts.split_k > blocks)
+      fail(A4W4_ERROR_INVALID_ARGUMENT,
+           "options.split_k: expected 0 (automatic) or 1..{} (the number of 32-wide K blocks), "
+           "got {}",
+           blocks, opts.split_k);
+    if (opts.math_mode != A4W4_MATH_EXACT && opts.math_mode != A4W4_MATH_FAST_ACCUM)
+      fail(A4W4_ERROR_INVALID_ARGUMENT, "options.math_mode: {} is not an a4w4_math_mode value",
+           static_cast<int>(opts.math_mode));
+
+    const a4w4_backend backend = resolve_backend(context, common_device(operands));
+    for (const MatrixView* view : operands) {
+      if (view != &dv && !(view == &cv && c_is_d)) expect_disjoint(dv, *view);
+    }
+
+    const GemmProblem problem{
+        m,
+        n,
+        k,
+        packed(av, asv),
+        packed(bv, bsv),
+        FloatOperand{c ? cv.data : nullptr, cv.dtype, cv.row_stride},
+        FloatOperand{bias ? biasv.data : nullptr, biasv.dtype, biasv.row_stride},
+        dv.data,
+        dv.dtype,
+        dv.row_stride,
+        opts.alpha,
+        opts.beta,
+        opts.split_k,
+        opts.math_mode,
+        dv.device,
+        stream,
+    };
+    const std::string_view kernel_name = opts.kernel != nullptr ? opts.kernel : "";
+    const GemmKernel& kernel = select_gemm_kernel(problem, backend, kernel_name);
+    kernel.run(problem, exec_config(context));
+  });
+}
+
+}  // extern "C"
