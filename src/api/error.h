@@ -1,4 +1,4 @@
-// Internal error handling. Inside the library a failure is thrown as a4w4::Error; every C entry
+// Internal error handling. Inside the library a failure is thrown as a4w4::ApiError; every C entry
 // point runs its body through guarded(), which turns any exception into a status code and the
 // thread's last-error message. Nothing escapes across the C API.
 #pragma once
@@ -14,9 +14,9 @@
 
 namespace a4w4 {
 
-class Error : public std::exception {
+class ApiError : public std::exception {
  public:
-  Error(a4w4_status status, std::string message) : status_(status), message_(std::move(message)) {}
+  ApiError(a4w4_status status, std::string message) : status_(status), message_(std::move(message)) {}
   a4w4_status status() const noexcept { return status_; }
   const char* what() const noexcept override { return message_.c_str(); }
 
@@ -27,7 +27,7 @@ class Error : public std::exception {
 
 template <typename... Args>
 [[noreturn]] void fail(a4w4_status status, fmt::format_string<Args...> format, Args&&... args) {
-  throw Error(status, fmt::format(format, std::forward<Args>(args)...));
+  throw ApiError(status, fmt::format(format, std::forward<Args>(args)...));
 }
 
 void set_last_error_message(const char* message) noexcept;
@@ -38,7 +38,7 @@ a4w4_status guarded(const char* function, Body&& body) noexcept {
   try {
     body();
     return A4W4_SUCCESS;
-  } catch (const Error& e) {
+  } catch (const ApiError& e) {
     try {
       set_last_error_message(fmt::format("{}: {}", function, e.what()).c_str());
     } catch (...) {

@@ -15,7 +15,7 @@ bool compiled() { return true; }
 int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    cudaGetLastError();  // reset the runtime error state after a failed probe
     return 0;
   }
   return count;
