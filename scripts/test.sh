@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test command: install what is missing, build with warnings as errors, run the CPU test suite,
+# then the same suite under AddressSanitizer + UndefinedBehaviorSanitizer, then a brief libFuzzer
+# run of the NPY reader. GPU tests (ctest label `cuda`) run on a GPU machine: scripts/device-run.sh.
+#   scripts/test.sh           everything
+#   scripts/test.sh --quick   the main build and its tests only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[[ "${1:-}" == "--quick" ]] && quick=1
+jobs=$(nproc)
+
+if ((quick)); then scripts/install-deps.sh; else scripts/install-deps.sh --fuzz; fi
+
+echo "=== build (Release, -Werror, CUDA backend when nvcc is found) ==="
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DA4W4_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+echo "=== tests: cpu ==="
+ctest --test-dir build -L cpu --output-on-failure -j"$jobs"
+((quick)) && exit 0
+
+echo "=== build: ASan + UBSan (Debug, CPU backend) ==="
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DA4W4_CUDA=OFF -DA4W4_WERROR=ON \
+  -DA4W4_SANITIZE=address,undefined >/dev/null
+cmake --build build-asan -j"$jobs"
+echo "=== tests: cpu under ASan + UBSan ==="
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan -L cpu --output-on-failure -j"$jobs"
+
+echo "=== fuzz: NPY reader (libFuzzer, 60 s) ==="
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DA4W4_BUILD_FUZZERS=ON \
+  -DA4W4_BUILD_TESTS=OFF -DA4W4_CUDA=OFF >/dev/null
+cmake --build build-fuzz -j"$jobs" --target npy_fuzzer
+mkdir -p build-fuzz/corpus-npy
+build-fuzz/fuzz/npy_fuzzer -max_total_time=60 -print_final_stats=1 build-fuzz/corpus-npy \
+  fuzz/corpus/npy
+echo "=== all tests passed ==="
