@@ -133,7 +133,12 @@ typedef struct a4w4_device {
    Other values name layouts produced by a4w4 itself (e.g. pre-shuffled weights), versioned so a
    plain tensor is never taken for a prepared one, nor the reverse. */
 typedef enum a4w4_layout {
-  A4W4_LAYOUT_PLAIN = 0
+  A4W4_LAYOUT_PLAIN = 0,
+  /* A GEMM weight (B, [N, K] E2M1) or its scales ([N, K/32] E8M0) as rearranged by
+     a4w4_prepare_weight, version 1: tiles of 16 rows x 128 K laid out in the order the CUDA decode
+     kernels load them (docs/weight-layout.md). Shape stays the logical [N, K] / [N, K/32]; strides
+     are ignored; the buffer sizes come from a4w4_prepared_weight_size. */
+  A4W4_LAYOUT_PREPARED_V1 = 1
 } a4w4_layout;
 
 #define A4W4_MAX_RANK 8
@@ -298,7 +303,8 @@ A4W4_API void a4w4_gemm_options_init(a4w4_gemm_options* options);
 
 /* D = alpha * (A . B^T) + beta * C + bias, per docs/semantics.md.
      a       [M, K] E2M1          a_scale [M, K/32] E8M0
-     b       [N, K] E2M1          b_scale [N, K/32] E8M0
+     b       [N, K] E2M1          b_scale [N, K/32] E8M0   (both plain, or both prepared by
+                                                          a4w4_prepare_weight)
      c       [M, N] F32/BF16/F16, optional (NULL); may be the same tensor as d (same data and
              strides), must not otherwise overlap it
      bias    [N] F32/BF16/F16, optional (NULL); its dtype is read as declared
@@ -311,6 +317,22 @@ A4W4_API a4w4_status a4w4_gemm(a4w4_context ctx, const a4w4_tensor* a, const a4w
                                const a4w4_tensor* c, const a4w4_tensor* bias,
                                const a4w4_tensor* d, const a4w4_gemm_options* options,
                                void* stream);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Prepared weights                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Bytes needed for a prepared [n, k] weight and for its prepared scales in `layout`. */
+A4W4_API a4w4_status a4w4_prepared_weight_size(int64_t n, int64_t k, a4w4_layout layout,
+                                               size_t* weight_bytes, size_t* scale_bytes);
+
+/* Rearranges a plain weight b [N, K] E2M1 and its scales b_scale [N, K/32] E8M0 into prepared
+   (layout A4W4_LAYOUT_PREPARED_V1, shape [N, K]) and prepared_scale (same layout, shape
+   [N, K/32]), whose buffers hold at least a4w4_prepared_weight_size bytes. Prepare once at load
+   time; a4w4_gemm then takes (prepared, prepared_scale) as B. Padding is written too. */
+A4W4_API a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
+                                         const a4w4_tensor* b_scale, const a4w4_tensor* prepared,
+                                         const a4w4_tensor* prepared_scale, void* stream);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Kernel registry                                                                             */

@@ -3,14 +3,16 @@
 // thread's last-error message. Nothing escapes across the C API.
 #pragma once
 
-#include <fmt/format.h>
-
 #include <exception>
 #include <new>
 #include <string>
 #include <utility>
 
 #include "a4w4/a4w4.h"
+
+#if !defined(__CUDACC__)
+#include <fmt/format.h>
+#endif
 
 namespace a4w4 {
 
@@ -25,12 +27,19 @@ class ApiError : public std::exception {
   std::string message_;
 };
 
+[[noreturn]] inline void fail(a4w4_status status, std::string message) {
+  throw ApiError(status, std::move(message));
+}
+
+#if !defined(__CUDACC__)  // nvcc's front end cannot compile fmt's compile-time format checks
 template <typename... Args>
 [[noreturn]] void fail(a4w4_status status, fmt::format_string<Args...> format, Args&&... args) {
   throw ApiError(status, fmt::format(format, std::forward<Args>(args)...));
 }
+#endif
 
 void set_last_error_message(const char* message) noexcept;
+void set_last_error_message(a4w4_status status, const char* function, const char* message) noexcept;
 
 // Runs body (returning void), mapping exceptions to status codes and recording the message.
 template <typename Body>
@@ -39,11 +48,7 @@ a4w4_status guarded(const char* function, Body&& body) noexcept {
     body();
     return A4W4_SUCCESS;
   } catch (const ApiError& e) {
-    try {
-      set_last_error_message(fmt::format("{}: {}", function, e.what()).c_str());
-    } catch (...) {
-      set_last_error_message(e.what());
-    }
+    set_last_error_message(e.status(), function, e.what());
     return e.status();
   } catch (const std::bad_alloc&) {
     set_last_error_message("out of host memory");

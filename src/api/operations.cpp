@@ -9,7 +9,9 @@
 #include "api/error.h"
 #include "api/tensor_checks.h"
 #include "backends/cpu/reference.h"
+#include "backends/cuda/cuda_backend.h"
 #include "dispatch/registry.h"
+#include "numerics/weight_layout.h"
 
 namespace a4w4 {
 namespace {
@@ -33,24 +35,38 @@ a4w4_device common_device(std::span<const MatrixView* const> views) {
   return first.device;
 }
 
-[[noreturn]] void no_kernel(a4w4_backend backend, const char* operation) {
-  fail(A4W4_ERROR_KERNEL_NOT_APPLICABLE, "no {} {} kernel is available in this build",
-       a4w4_backend_name(backend), operation);
+// Every data pointer must be memory of the kind its descriptor claims (checked where a GPU exists).
+void check_pointers(std::span<const MatrixView* const> views) {
+  for (const MatrixView* view : views) cuda::check_pointer(view->data, view->device, view->name);
 }
 
 PackedOperand packed(const MatrixView& values, const MatrixView& scales) {
   return PackedOperand{static_cast<const uint8_t*>(values.data), values.row_stride_bytes(),
-                       static_cast<const uint8_t*>(scales.data), scales.row_stride};
+                       static_cast<const uint8_t*>(scales.data), scales.row_stride,
+                       values.layout};
 }
 
 // Checks values [rows, K] E2M1 with scales [rows, K/32] E8M0 and returns (values, scales).
+// With allow_prepared, both may instead be in one prepared layout (a GEMM weight).
 std::pair<MatrixView, MatrixView> check_packed(const a4w4_tensor* values, const char* name,
-                                               const a4w4_tensor* scales,
-                                               const char* scale_name) {
-  MatrixView v = check_matrix(values, name, {A4W4_DTYPE_E2M1});
+                                               const a4w4_tensor* scales, const char* scale_name,
+                                               bool allow_prepared = false) {
+  MatrixView v = allow_prepared ? check_weight_matrix(values, name, A4W4_DTYPE_E2M1)
+                                : check_matrix(values, name, {A4W4_DTYPE_E2M1});
   check_k(v, v.cols);
-  MatrixView s = check_matrix(scales, scale_name, {A4W4_DTYPE_E8M0});
+  MatrixView s = allow_prepared ? check_weight_matrix(scales, scale_name, A4W4_DTYPE_E8M0)
+                                : check_matrix(scales, scale_name, {A4W4_DTYPE_E8M0});
   expect_shape(s, v.rows, v.cols / 32, "one scale per 32 elements of each row");
+  if (v.layout != s.layout)
+    fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
+         "{} and {} must share one layout, got {} and {} (prepare both with "
+         "a4w4_prepare_weight)",
+         name, scale_name, v.layout == A4W4_LAYOUT_PLAIN ? "plain" : "prepared",
+         s.layout == A4W4_LAYOUT_PLAIN ? "plain" : "prepared");
+  if (v.layout != A4W4_LAYOUT_PLAIN) {
+    v.prepared_bytes = layout::prepared_weight_bytes(v.rows, v.cols);
+    s.prepared_bytes = layout::prepared_scale_bytes(v.rows, v.cols);
+  }
   return {v, s};
 }
 
@@ -89,8 +105,12 @@ a4w4_status a4w4_quantize(a4w4_context ctx, const a4w4_tensor* x, const a4w4_ten
                                   mode,
                                   device,
                                   stream};
-    if (backend != A4W4_BACKEND_CPU) no_kernel(backend, "quantize");
-    cpu::reference_quantize(problem, exec_config(context));
+    check_pointers(views);
+    if (backend == A4W4_BACKEND_CPU) {
+      cpu::reference_quantize(problem, exec_config(context));
+    } else {
+      cuda::quantize(problem);
+    }
   });
 }
 
@@ -109,8 +129,12 @@ a4w4_status a4w4_dequantize(a4w4_context ctx, const a4w4_tensor* q, const a4w4_t
     expect_disjoint(yv, sv);
     const DequantizeProblem problem{
         qv.rows, qv.cols, packed(qv, sv), yv.data, yv.dtype, yv.row_stride, device, stream};
-    if (backend != A4W4_BACKEND_CPU) no_kernel(backend, "dequantize");
-    cpu::reference_dequantize(problem, exec_config(context));
+    check_pointers(views);
+    if (backend == A4W4_BACKEND_CPU) {
+      cpu::reference_dequantize(problem, exec_config(context));
+    } else {
+      cuda::dequantize(problem);
+    }
   });
 }
 
@@ -134,7 +158,7 @@ a4w4_status a4w4_gemm(a4w4_context ctx, const a4w4_tensor* a, const a4w4_tensor*
 
     const auto [av, asv] = check_packed(a, "a", a_scale, "a_scale");
     const int64_t m = av.rows, k = av.cols;
-    const auto [bv, bsv] = check_packed(b, "b", b_scale, "b_scale");
+    const auto [bv, bsv] = check_packed(b, "b", b_scale, "b_scale", /*allow_prepared=*/true);
     const int64_t n = bv.rows;
     if (bv.cols != k)
       fail(A4W4_ERROR_SHAPE_MISMATCH, "b: expected shape [N, {}] (K of a), got [{}, {}]", k,
@@ -173,6 +197,7 @@ a4w4_status a4w4_gemm(a4w4_context ctx, const a4w4_tensor* a, const a4w4_tensor*
            static_cast<int>(opts.math_mode));
 
     const a4w4_backend backend = resolve_backend(context, common_device(operands));
+    check_pointers(operands);
     for (const MatrixView* view : operands) {
       if (view != &dv && !(view == &cv && c_is_d)) expect_disjoint(dv, *view);
     }
@@ -198,6 +223,61 @@ a4w4_status a4w4_gemm(a4w4_context ctx, const a4w4_tensor* a, const a4w4_tensor*
     const std::string_view kernel_name = opts.kernel != nullptr ? opts.kernel : "";
     const GemmKernel& kernel = select_gemm_kernel(problem, backend, kernel_name);
     kernel.run(problem, exec_config(context));
+  });
+}
+
+a4w4_status a4w4_prepared_weight_size(int64_t n, int64_t k, a4w4_layout layout,
+                                      size_t* weight_bytes, size_t* scale_bytes) {
+  using namespace a4w4;
+  return guarded(__func__, [&] {
+    if (weight_bytes == nullptr || scale_bytes == nullptr)
+      fail(A4W4_ERROR_INVALID_ARGUMENT, "weight_bytes and scale_bytes must not be NULL");
+    if (layout != A4W4_LAYOUT_PREPARED_V1)
+      fail(A4W4_ERROR_UNSUPPORTED_LAYOUT, "layout: expected A4W4_LAYOUT_PREPARED_V1, got {}",
+           static_cast<int>(layout));
+    if (n < 1 || k < 1 || n > (int64_t{1} << 40) || k > (int64_t{1} << 40))
+      fail(A4W4_ERROR_INVALID_ARGUMENT, "n and k must be in [1, 2^40], got n={} k={}", n, k);
+    if (k % 32 != 0)
+      fail(A4W4_ERROR_K_NOT_MULTIPLE_OF_32, "k = {} is not a multiple of 32", k);
+    *weight_bytes = static_cast<size_t>(layout::prepared_weight_bytes(n, k));
+    *scale_bytes = static_cast<size_t>(layout::prepared_scale_bytes(n, k));
+  });
+}
+
+a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
+                                const a4w4_tensor* b_scale, const a4w4_tensor* prepared,
+                                const a4w4_tensor* prepared_scale, void* stream) {
+  using namespace a4w4;
+  return guarded(__func__, [&] {
+    const a4w4_context_t& context = checked_context(ctx);
+    const auto [bv, bsv] = check_packed(b, "b", b_scale, "b_scale");
+    auto [pv, psv] = check_packed(prepared, "prepared", prepared_scale, "prepared_scale",
+                                  /*allow_prepared=*/true);
+    if (pv.layout != A4W4_LAYOUT_PREPARED_V1)
+      fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
+           "prepared: expected layout A4W4_LAYOUT_PREPARED_V1, got plain");
+    expect_shape(pv, bv.rows, bv.cols, "the shape of b");
+    const MatrixView* views[] = {&bv, &bsv, &pv, &psv};
+    const a4w4_device device = common_device(views);
+    const a4w4_backend backend = resolve_backend(context, device);
+    for (const MatrixView* out : {&pv, &psv}) {
+      expect_disjoint(*out, bv);
+      expect_disjoint(*out, bsv);
+    }
+    expect_disjoint(pv, psv);
+    check_pointers(views);
+    const PrepareWeightProblem problem{bv.rows,
+                                       bv.cols,
+                                       packed(bv, bsv),
+                                       static_cast<uint8_t*>(pv.data),
+                                       static_cast<uint8_t*>(psv.data),
+                                       device,
+                                       stream};
+    if (backend == A4W4_BACKEND_CPU) {
+      cpu::prepare_weight(problem, exec_config(context));
+    } else {
+      cuda::prepare_weight(problem);
+    }
   });
 }
 

@@ -19,6 +19,14 @@ void set_last_error_message(const char* message) noexcept {
   }
 }
 
+void set_last_error_message(a4w4_status, const char* function, const char* message) noexcept {
+  try {
+    last_error_message = std::string(function) + ": " + message;
+  } catch (...) {
+    set_last_error_message(message);
+  }
+}
+
 }  // namespace a4w4
 
 extern "C" {

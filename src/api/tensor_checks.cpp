@@ -20,7 +20,7 @@ std::string dtype_list(std::initializer_list<a4w4_dtype> dtypes) {
 
 // Checks shared by every descriptor: pointer, rank bound, enums, layout, dtype, data pointer.
 void check_descriptor(const a4w4_tensor* t, const char* name,
-                      std::initializer_list<a4w4_dtype> dtypes) {
+                      std::initializer_list<a4w4_dtype> dtypes, bool allow_prepared = false) {
   if (t == nullptr) fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: descriptor must not be NULL", name);
   if (t->rank < 0 || t->rank > A4W4_MAX_RANK)
     fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: rank must be in [0, {}], got {}", name, A4W4_MAX_RANK,
@@ -39,9 +39,14 @@ void check_descriptor(const a4w4_tensor* t, const char* name,
   if (t->device.ordinal < 0 || (t->device.type == A4W4_DEVICE_CPU && t->device.ordinal != 0))
     fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: device ordinal {} is not valid for a {} tensor", name,
          t->device.ordinal, t->device.type == A4W4_DEVICE_CPU ? "CPU" : "CUDA");
-  if (t->layout != A4W4_LAYOUT_PLAIN)
-    fail(A4W4_ERROR_UNSUPPORTED_LAYOUT, "{}: layout {} is not accepted here (expected plain)",
-         name, static_cast<int>(t->layout));
+  if (t->layout != A4W4_LAYOUT_PLAIN && t->layout != A4W4_LAYOUT_PREPARED_V1)
+    fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: layout {} is not an a4w4_layout value", name,
+         static_cast<int>(t->layout));
+  if (t->layout != A4W4_LAYOUT_PLAIN && !allow_prepared)
+    fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
+         "{}: a prepared layout is accepted only for the GEMM weight B and its scales (expected "
+         "plain)",
+         name);
   for (int32_t i = 0; i < t->rank; ++i) {
     if (t->shape[i] < 1)
       fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: every dimension must be >= 1, got shape {}", name,
@@ -84,7 +89,17 @@ MatrixView check_matrix(const a4w4_tensor* t, const char* name,
          "{}: packed E2M1 rows must start on a byte: row length and row stride must be even, got "
          "{} and {}",
          name, cols, row_stride);
-  return MatrixView{name, t->data, t->dtype, rows, cols, row_stride, t->device};
+  return MatrixView{name, t->data, t->dtype, rows, cols, row_stride, t->device, t->layout, 0};
+}
+
+MatrixView check_weight_matrix(const a4w4_tensor* t, const char* name, a4w4_dtype dtype) {
+  check_descriptor(t, name, {dtype}, /*allow_prepared=*/true);
+  if (t->layout == A4W4_LAYOUT_PLAIN) return check_matrix(t, name, {dtype});
+  if (t->rank != 2)
+    fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: expected rank 2, got rank {} (shape {})", name, t->rank,
+         describe_shape(*t));
+  return MatrixView{name,        t->data,   t->dtype, t->shape[0], t->shape[1],
+                    t->shape[1], t->device, t->layout, 0};
 }
 
 MatrixView check_vector(const a4w4_tensor* t, const char* name,
@@ -101,7 +116,7 @@ MatrixView check_vector(const a4w4_tensor* t, const char* name,
     fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: {} entries of stride {} exceed the addressable size",
          name, n, stride);
   // Viewed as n rows of one element each, so overlap checks see the real extent.
-  return MatrixView{name, t->data, t->dtype, n, 1, stride, t->device};
+  return MatrixView{name, t->data, t->dtype, n, 1, stride, t->device, t->layout, 0};
 }
 
 void expect_shape(const MatrixView& view, int64_t rows, int64_t cols, const char* what) {
@@ -121,6 +136,7 @@ int64_t MatrixView::row_stride_bytes() const { return row_stride * a4w4_dtype_bi
 uintptr_t MatrixView::begin() const { return reinterpret_cast<uintptr_t>(data); }
 
 uintptr_t MatrixView::end() const {
+  if (layout != A4W4_LAYOUT_PLAIN) return begin() + static_cast<uintptr_t>(prepared_bytes);
   const int64_t bits = a4w4_dtype_bits(dtype);
   return begin() + static_cast<uintptr_t>(((rows - 1) * row_stride + cols) * bits / 8);
 }

@@ -17,6 +17,8 @@ struct MatrixView {
   a4w4_dtype dtype;
   int64_t rows, cols, row_stride;
   a4w4_device device;
+  a4w4_layout layout;
+  int64_t prepared_bytes;  // buffer size of a prepared tensor; 0 for plain ones
 
   // Bytes spanned, for overlap checks: [begin, end).
   uintptr_t begin() const;
@@ -29,6 +31,10 @@ struct MatrixView {
 // last dimension and non-overlapping rows.
 MatrixView check_matrix(const a4w4_tensor* tensor, const char* name,
                         std::initializer_list<a4w4_dtype> dtypes);
+
+// Like check_matrix, but also accepts A4W4_LAYOUT_PREPARED_V1 (strides ignored). The caller checks
+// the shape; prepared_bytes is filled once the logical [rows, cols] are known.
+MatrixView check_weight_matrix(const a4w4_tensor* tensor, const char* name, a4w4_dtype dtype);
 
 // Validates a rank-1 descriptor (e.g. bias [N]); returned as one row of `cols` elements whose
 // element stride is row_stride (>= 1).

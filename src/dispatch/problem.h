@@ -8,12 +8,14 @@
 
 namespace a4w4 {
 
-// Packed E2M1 rows and E8M0 scale rows: strides are in bytes.
+// Packed E2M1 rows and E8M0 scale rows: strides are in bytes. A prepared operand (layout
+// A4W4_LAYOUT_PREPARED_V1, numerics/weight_layout.h) ignores the strides.
 struct PackedOperand {
   const uint8_t* data;
   int64_t stride_bytes;  // between rows of packed E2M1 (two elements per byte)
   const uint8_t* scale;
   int64_t scale_stride;  // between rows of E8M0 scales (one byte each)
+  a4w4_layout layout;
 };
 
 // A float matrix or vector (F32, BF16 or F16); stride in elements between rows (or entries).
@@ -56,6 +58,16 @@ struct DequantizeProblem {
   void* y;
   a4w4_dtype y_dtype;
   int64_t y_stride;
+  a4w4_device device;
+  void* stream;
+};
+
+// b [n, k] plain -> the prepared layout (numerics/weight_layout.h), padding zeroed.
+struct PrepareWeightProblem {
+  int64_t n, k;
+  PackedOperand b;
+  uint8_t* prepared;
+  uint8_t* prepared_scale;
   a4w4_device device;
   void* stream;
 };

@@ -4,14 +4,20 @@
 
 #include "api/error.h"
 #include "backends/cpu/reference.h"
+#include "backends/cuda/cuda_backend.h"
 
 namespace a4w4 {
 namespace {
 
 std::string always_applicable(const GemmProblem&) { return {}; }
 
+// In order of preference: dispatch takes the first one that applies.
 constexpr std::array kGemmKernels = {
     GemmKernel{"cpu.reference", A4W4_BACKEND_CPU, always_applicable, cpu::reference_gemm},
+#if A4W4_WITH_CUDA
+    GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, cuda::gemm_decode_why_not, cuda::gemm_decode},
+    GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, cuda::gemm_generic_why_not, cuda::gemm_generic},
+#endif
 };
 
 }  // namespace
@@ -39,9 +45,7 @@ const GemmKernel& select_gemm_kernel(const GemmProblem& problem, a4w4_backend ba
   for (const GemmKernel& kernel : kGemmKernels) {
     if (kernel.backend == backend && kernel.why_not(problem).empty()) return kernel;
   }
-  fail(A4W4_ERROR_KERNEL_NOT_APPLICABLE,
-       "no {} kernel in this build can run M={} N={} K={} (GEMM kernels for this backend are "
-       "not available yet)",
+  fail(A4W4_ERROR_KERNEL_NOT_APPLICABLE, "no {} kernel in this build can run M={} N={} K={}",
        a4w4_backend_name(backend), problem.m, problem.n, problem.k);
 }
 

@@ -9,5 +9,11 @@ namespace a4w4::cpu {
 void reference_gemm(const GemmProblem& problem, const ExecConfig& exec);
 void reference_quantize(const QuantizeProblem& problem, const ExecConfig& exec);
 void reference_dequantize(const DequantizeProblem& problem, const ExecConfig& exec);
+void prepare_weight(const PrepareWeightProblem& problem, const ExecConfig& exec);
+
+// Row `row` of a packed operand (plain or prepared) as E2M1 codes: codes[k] for k < cols, and its
+// scale bytes scales[b] for b < cols / 32.
+void unpack_row(const PackedOperand& op, int64_t row, int64_t cols, uint8_t* codes,
+                uint8_t* scales);
 
 }  // namespace a4w4::cpu

@@ -28,17 +28,23 @@ struct ScaleTable {
   }
 };
 
-// Rows [first, first + count) of a packed operand, decoded to 2*E2M1 integers, count x k.
+// Rows [first, first + count) of a packed operand, decoded to 2*E2M1 integers (count x k) and
+// their scale bytes (count x k/32).
+struct DecodedRows {
+  std::vector<int8_t> values;
+  std::vector<uint8_t> scales;
+  std::vector<uint8_t> codes;  // scratch
+};
+
 void decode_rows(const PackedOperand& op, int64_t first, int64_t count, int64_t k,
-                 std::vector<int8_t>& out) {
-  out.resize(static_cast<size_t>(count * k));
+                 DecodedRows& out) {
+  const int64_t blocks = k / numerics::kBlockSize;
+  out.values.resize(static_cast<size_t>(count * k));
+  out.scales.resize(static_cast<size_t>(count * blocks));
+  out.codes.resize(static_cast<size_t>(k));
   for (int64_t r = 0; r < count; ++r) {
-    const uint8_t* row = op.data + (first + r) * op.stride_bytes;
-    int8_t* dst = out.data() + r * k;
-    for (int64_t j = 0; j < k / 2; ++j) {
-      dst[2 * j] = numerics::kE2M1Doubled[row[j] & 0xF];
-      dst[2 * j + 1] = numerics::kE2M1Doubled[row[j] >> 4];
-    }
+    unpack_row(op, first + r, k, out.codes.data(), out.scales.data() + r * blocks);
+    for (int64_t i = 0; i < k; ++i) out.values[r * k + i] = numerics::kE2M1Doubled[out.codes[i]];
   }
 }
 
@@ -61,7 +67,7 @@ void reference_gemm(const GemmProblem& p, const ExecConfig& exec) {
 
 #pragma omp parallel num_threads(exec.num_threads)
   {
-    std::vector<int8_t> a_tile, b_tile;
+    DecodedRows a_tile, b_tile;
 #pragma omp for schedule(dynamic)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t m0 = (t / col_tiles) * kTileRows, n0 = (t % col_tiles) * kTileCols;
@@ -69,9 +75,9 @@ void reference_gemm(const GemmProblem& p, const ExecConfig& exec) {
       decode_rows(p.a, m0, rows, p.k, a_tile);
       decode_rows(p.b, n0, cols, p.k, b_tile);
       for (int64_t i = 0; i < rows; ++i) {
-        const uint8_t* sa = p.a.scale + (m0 + i) * p.a.scale_stride;
+        const uint8_t* sa = a_tile.scales.data() + i * blocks;
         for (int64_t j = 0; j < cols; ++j) {
-          const uint8_t* sb = p.b.scale + (n0 + j) * p.b.scale_stride;
+          const uint8_t* sb = b_tile.scales.data() + j * blocks;
           double acc = 0.0;
           // Split-K: partition s covers blocks [s*blocks/splits, (s+1)*blocks/splits).
           for (int64_t s = 0; s < splits; ++s) {
@@ -79,7 +85,8 @@ void reference_gemm(const GemmProblem& p, const ExecConfig& exec) {
             for (int64_t blk = s * blocks / splits; blk < (s + 1) * blocks / splits; ++blk) {
               const int64_t offset = blk * numerics::kBlockSize;
               const int32_t isum =
-                  block_dot(a_tile.data() + i * p.k + offset, b_tile.data() + j * p.k + offset);
+                  block_dot(a_tile.values.data() + i * p.k + offset,
+                            b_tile.values.data() + j * p.k + offset);
               partial += static_cast<double>(isum) * scale_table(sa[blk], sb[blk]);
             }
             acc += partial;

@@ -1,0 +1,27 @@
+// Entry points of the CUDA backend, called by the API layer after validation. In a build without
+// CUDA they are defined by not_compiled.cpp and fail with A4W4_ERROR_BACKEND_NOT_COMPILED.
+// Every entry point runs asynchronously on problem.stream: no synchronisation, no allocation.
+#pragma once
+
+#include <string>
+
+#include "dispatch/problem.h"
+
+namespace a4w4::cuda {
+
+// Fails with A4W4_ERROR_DEVICE_MISMATCH unless ptr is memory that `device` can read as its
+// descriptor claims (device or managed memory of that GPU for CUDA tensors; not device memory
+// for CPU tensors).
+void check_pointer(const void* ptr, a4w4_device device, const char* name);
+
+void quantize(const QuantizeProblem& problem);
+void dequantize(const DequantizeProblem& problem);
+void prepare_weight(const PrepareWeightProblem& problem);
+
+// GEMM kernel families (registered in dispatch/registry.cpp).
+std::string gemm_generic_why_not(const GemmProblem& problem);
+void gemm_generic(const GemmProblem& problem, const ExecConfig& exec);
+std::string gemm_decode_why_not(const GemmProblem& problem);
+void gemm_decode(const GemmProblem& problem, const ExecConfig& exec);
+
+}  // namespace a4w4::cuda

@@ -1,0 +1,94 @@
+// Device-side building blocks shared by the CUDA kernel families: E2M1 -> int8 conversion, the
+// exact int8 tensor-core MMA, block scales as doubles, and the GEMM epilogue (alpha, beta * C, bias,
+// one rounding to the output dtype).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "dispatch/problem.h"
+
+namespace a4w4::cuda {
+
+// Four E2M1 codes (nibble i of the low 16 bits is element i) -> four int8 holding 2 * value.
+// Two byte-permutes look the magnitude up in a positive and a negative table; a third picks,
+// per byte, the negative entry when the code's sign bit is set (so 0x8, -0, gives 0).
+__device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes) {
+  const uint32_t index = codes & 0x7777u;
+  const uint32_t positive = __byte_perm(0x03020100u, 0x0C080604u, index);  // 0 1 2 3 4 6 8 12
+  const uint32_t negative = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, index);  // their negatives
+  return __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));
+}
+
+// D (4 x int32) = A (16x32 int8, row) * B (32x8 int8, col), exact: one 32-wide block per call.
+__device__ __forceinline__ void mma_s8_16x8x32(int32_t (&d)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0), "r"(0), "r"(0),
+        "r"(0));
+#else
+  d[0] = d[1] = d[2] = d[3] = 0;
+  __trap();
+#endif
+}
+
+// 2^(sa + sb - 256) as a double: the product of two E8M0 scales with the 1/4 of the doubled
+// E2M1 values folded in; NaN when either scale is 0xFF. Built from the exponent bits (always a
+// normal double), so the block partial isum * scale below is exact.
+__device__ __forceinline__ double block_scale(uint32_t sa, uint32_t sb) {
+  const uint32_t high = (sa == 0xFFu || sb == 0xFFu) ? 0x7FF80000u : ((sa + sb + 767u) << 20);
+  return __hiloint2double(static_cast<int>(high), 0);
+}
+
+// acc + isum * scale, exact product; the int32 -> double conversion goes through the
+// 2^52 + 2^31 bias trick (one double add) rather than the slower conversion unit.
+__device__ __forceinline__ double accumulate_block(double acc, int32_t isum, double scale) {
+  const double biased = __hiloint2double(0x43300000, static_cast<int>(isum ^ 0x80000000u));
+  return fma(biased - 4503601774854144.0, scale, acc);  // 2^52 + 2^31
+}
+
+__device__ __forceinline__ float load_float(a4w4_dtype dtype, const void* base, int64_t index) {
+  switch (dtype) {
+    case A4W4_DTYPE_BF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+    case A4W4_DTYPE_F16:
+      return __half2float(static_cast<const __half*>(base)[index]);
+    default:
+      return static_cast<const float*>(base)[index];
+  }
+}
+
+// Rounds once, to nearest even: fp32 directly; bf16 and fp16 through a float rounded to odd,
+// which has enough extra bits (24 vs 8 or 11) for the second rounding to be exact.
+__device__ __forceinline__ void store_rounded(a4w4_dtype dtype, void* base, int64_t index,
+                                              double value) {
+  if (dtype == A4W4_DTYPE_F32) {
+    static_cast<float*>(base)[index] = __double2float_rn(value);
+    return;
+  }
+  float odd = __double2float_rz(value);
+  if (static_cast<double>(odd) != value && !isnan(value)) odd = __uint_as_float(__float_as_uint(odd) | 1u);
+  if (dtype == A4W4_DTYPE_BF16) {
+    static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(odd);
+  } else {
+    static_cast<__half*>(base)[index] = __float2half_rn(odd);
+  }
+}
+
+// D[m, n] = alpha * acc + beta * C[m, n] + bias[n], rounded once.
+__device__ __forceinline__ void store_output(const GemmProblem& p, int64_t m, int64_t n,
+                                             double acc) {
+  double out = static_cast<double>(p.alpha) * acc;
+  if (p.c.data != nullptr)
+    out += static_cast<double>(p.beta) * load_float(p.c.dtype, p.c.data, m * p.c.stride + n);
+  if (p.bias.data != nullptr) out += load_float(p.bias.dtype, p.bias.data, n * p.bias.stride);
+  store_rounded(p.d_dtype, p.d, m * p.d_stride + n, out);
+}
+
+}  // namespace a4w4::cuda

@@ -1,0 +1,311 @@
+// The decode GEMM family (small M, memory-bound): streams the FP4 weight B once, straight from
+// global memory into MMA fragments, with wide coalesced loads and a chunk of loads in flight while
+// the previous chunk is multiplied. sm_90 (thread-block clusters).
+//
+// Roles are swapped relative to D = A.B^T: the weight tile is the MMA's A operand (16 weight rows)
+// and the activations are its B operand (8 rows per MMA, up to 64), so M = 1 wastes no weight
+// bandwidth. Each warp owns 16 weight rows; a CTA has 4 warps (64 rows) and one K partition.
+// Activations of the current 512-wide K chunk are decoded once per CTA into shared memory.
+// Exactness: every MMA is one 32-wide block in int32 (exact), block partials are added in double.
+// Split-K: the CTAs of one cluster take contiguous K partitions; rank 0 adds their sums in order
+// through distributed shared memory and writes D (alpha, beta*C, bias, one rounding).
+//
+// Fragment order: inside a block, lane (g, t) holds elements [8t, 8t+8) of a weight row (4 bytes)
+// and feeds them to MMA k slots {4t..4t+3, 16+4t..16+4t+3}; the activations use the same order,
+// so each block's dot product is unchanged. The prepared layout stores exactly these words; for a
+// plain B, lanes load whole blocks with 16-byte loads and swap words with a 4x4 shuffle transpose.
+#include <cooperative_groups.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_utils.h"
+#include "backends/cuda/device_common.cuh"
+#include "numerics/weight_layout.h"
+
+namespace a4w4::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerCta = kWarps * 16;
+constexpr int kChunkTiles = 4;                    // K tiles of 128 per chunk
+constexpr int kChunkBlocks = kChunkTiles * 4;     // 16 blocks = 512 elements
+constexpr int kActRowBytes = kChunkBlocks * 32 + 32;  // int8 row + padding (bank-conflict free)
+constexpr int kMaxSplits = 8;                     // portable cluster size
+
+// One K tile (4 blocks) of a lane's weight fragments: words[h][j] = 8 elements of row g + 8h,
+// block j; scale[h] = the 4 block scales of that row, byte j for block j.
+struct WeightTile {
+  uint32_t words[2][4];
+  uint32_t scale[2];
+};
+
+// Plain layout: lane t of each quad holds block t's four 4-byte pieces and needs piece t of all
+// four blocks; two rounds of pairwise swaps transpose the 4x4 across the quad.
+[[maybe_unused]] __device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int t) {
+  const bool hi2 = t & 2, hi1 = t & 1;
+  uint32_t s0 = hi2 ? w[0] : w[2], s1 = hi2 ? w[1] : w[3];
+  uint32_t r0 = __shfl_xor_sync(0xFFFFFFFFu, s0, 2), r1 = __shfl_xor_sync(0xFFFFFFFFu, s1, 2);
+  if (hi2) {
+    w[0] = r0, w[1] = r1;
+  } else {
+    w[2] = r0, w[3] = r1;
+  }
+  s0 = hi1 ? w[0] : w[1], s1 = hi1 ? w[2] : w[3];
+  r0 = __shfl_xor_sync(0xFFFFFFFFu, s0, 1), r1 = __shfl_xor_sync(0xFFFFFFFFu, s1, 1);
+  if (hi1) {
+    w[0] = r0, w[2] = r1;
+  } else {
+    w[1] = r0, w[3] = r1;
+  }
+}
+
+template <bool kPrepared>
+__device__ __forceinline__ void load_weight_tile(const GemmProblem& p, int64_t row0, int64_t k_tile,
+                                                 int64_t k_tiles, int64_t blocks, int lane,
+                                                 WeightTile& out) {
+  const int g = lane / 4, t = lane % 4;
+  if constexpr (kPrepared) {
+    const uint8_t* tile = p.b.data + ((row0 / 16) * k_tiles + k_tile) * 1024 + lane * 32;
+    const uint4 w0 = __ldg(reinterpret_cast<const uint4*>(tile));
+    const uint4 w1 = __ldg(reinterpret_cast<const uint4*>(tile) + 1);
+    out.words[0][0] = w0.x, out.words[0][1] = w0.y, out.words[0][2] = w0.z, out.words[0][3] = w0.w;
+    out.words[1][0] = w1.x, out.words[1][1] = w1.y, out.words[1][2] = w1.z, out.words[1][3] = w1.w;
+    const uint2 s = __ldg(reinterpret_cast<const uint2*>(
+        p.b.scale + ((row0 / 16) * k_tiles + k_tile) * 64 + g * 8));
+    out.scale[0] = s.x, out.scale[1] = s.y;
+  } else {
+    const int64_t block = k_tile * 4 + t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + g + 8 * h;
+      uint4 w = {0, 0, 0, 0};
+      if (row < p.n && block < blocks)
+        w = __ldg(reinterpret_cast<const uint4*>(p.b.data + row * p.b.stride_bytes + block * 16));
+      uint32_t words[4] = {w.x, w.y, w.z, w.w};
+      transpose_quad(words, t);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out.words[h][j] = words[j];
+      uint32_t scales = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t b = k_tile * 4 + j;
+        if (row < p.n && b < blocks)
+          scales |= static_cast<uint32_t>(p.b.scale[row * p.b.scale_stride + b]) << (8 * j);
+      }
+      out.scale[h] = scales;
+    }
+  }
+}
+
+// Decodes activation rows [0, 8 * kNTiles) of blocks [block0, block0 + 16) into shared memory
+// (rows >= M and blocks >= K/32 become zeros) with their scale bytes.
+template <int kNTiles>
+__device__ __forceinline__ void stage_activations(const GemmProblem& p, int64_t block0,
+                                                  int64_t blocks, int8_t* act, uint8_t* act_scale) {
+  constexpr int kRows = 8 * kNTiles;
+  const bool word_loads = (reinterpret_cast<uintptr_t>(p.a.data) % 4 == 0) && (p.a.stride_bytes % 4 == 0);
+  for (int i = threadIdx.x; i < kRows * kChunkBlocks * 4; i += kThreads) {
+    const int row = i / (kChunkBlocks * 4), word = i % (kChunkBlocks * 4);  // 4 words per block
+    const int64_t byte = block0 * 16 + word * 4;
+    uint32_t packed = 0;
+    if (row < p.m && byte < p.k / 2) {
+      const uint8_t* src = p.a.data + row * p.a.stride_bytes + byte;
+      if (word_loads) {
+        packed = *reinterpret_cast<const uint32_t*>(src);
+      } else {
+        packed = src[0] | (src[1] << 8) | (src[2] << 16) | (static_cast<uint32_t>(src[3]) << 24);
+      }
+    }
+    *reinterpret_cast<uint2*>(act + row * kActRowBytes + word * 8) =
+        make_uint2(e2m1x4_to_s8x4(packed & 0xFFFFu), e2m1x4_to_s8x4(packed >> 16));
+  }
+  for (int i = threadIdx.x; i < kRows * kChunkBlocks; i += kThreads) {
+    const int row = i / kChunkBlocks, j = i % kChunkBlocks;
+    const int64_t block = block0 + j;
+    act_scale[i] = (row < p.m && block < blocks) ? p.a.scale[row * p.a.scale_stride + block] : 0;
+  }
+}
+
+template <int kNTiles, bool kPrepared>
+__global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, int splits) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  constexpr int kRows = 8 * kNTiles;
+  extern __shared__ __align__(16) uint8_t smem[];
+  int8_t* act = reinterpret_cast<int8_t*>(smem);
+  uint8_t* act_scale = smem + kRows * kActRowBytes;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = int64_t{blockIdx.x} * kRowsPerCta + warp * 16;  // this warp's weight rows
+  const bool warp_has_rows = row0 < p.n;
+  const int64_t blocks = p.k / 32, k_tiles = layout::k_tiles(p.k);
+  const int split = blockIdx.y;
+  const int64_t block_begin = split * blocks / splits, block_end = (split + 1) * blocks / splits;
+  const int64_t tile_begin = block_begin / 4, tile_end = (block_end + 3) / 4;
+
+  double acc[kNTiles][4] = {};
+  WeightTile current[kChunkTiles] = {}, next[kChunkTiles] = {};
+  auto load_chunk = [&](int64_t first_tile, WeightTile(&into)[kChunkTiles]) {
+#pragma unroll
+    for (int c = 0; c < kChunkTiles; ++c)
+      if (warp_has_rows && first_tile + c < tile_end)
+        load_weight_tile<kPrepared>(p, row0, first_tile + c, k_tiles, blocks, lane, into[c]);
+  };
+  load_chunk(tile_begin, current);
+
+  for (int64_t chunk = tile_begin; chunk < tile_end; chunk += kChunkTiles) {
+    if (chunk + kChunkTiles < tile_end) load_chunk(chunk + kChunkTiles, next);
+    stage_activations<kNTiles>(p, chunk * 4, blocks, act, act_scale);
+    __syncthreads();
+    if (warp_has_rows) {
+#pragma unroll
+      for (int c = 0; c < kChunkTiles; ++c) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int64_t block = (chunk + c) * 4 + j;
+          if (block < block_begin || block >= block_end) continue;  // warp-uniform
+          const WeightTile& w = current[c];
+          const uint32_t a[4] = {e2m1x4_to_s8x4(w.words[0][j] & 0xFFFFu),
+                                 e2m1x4_to_s8x4(w.words[1][j] & 0xFFFFu),
+                                 e2m1x4_to_s8x4(w.words[0][j] >> 16),
+                                 e2m1x4_to_s8x4(w.words[1][j] >> 16)};
+          const uint32_t sb0 = (w.scale[0] >> (8 * j)) & 0xFFu, sb1 = (w.scale[1] >> (8 * j)) & 0xFFu;
+          const int local_block = c * 4 + j;
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            const uint2 b2 = *reinterpret_cast<const uint2*>(
+                act + (nt * 8 + g) * kActRowBytes + local_block * 32 + 8 * t);
+            const uint32_t b[2] = {b2.x, b2.y};
+            int32_t isum[4];
+            mma_s8_16x8x32(isum, a, b);
+            // Accumulator i: weight row g (+8 for i >= 2), activation row 2t + (i & 1).
+            const uint32_t sa0 = act_scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
+            const uint32_t sa1 = act_scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
+            acc[nt][0] = accumulate_block(acc[nt][0], isum[0], block_scale(sa0, sb0));
+            acc[nt][1] = accumulate_block(acc[nt][1], isum[1], block_scale(sa1, sb0));
+            acc[nt][2] = accumulate_block(acc[nt][2], isum[2], block_scale(sa0, sb1));
+            acc[nt][3] = accumulate_block(acc[nt][3], isum[3], block_scale(sa1, sb1));
+          }
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < kChunkTiles; ++c) current[c] = next[c];
+  }
+
+  if (splits > 1) {
+    // Partitions 1.. leave their sums in their own shared memory; rank 0 adds them in order.
+    cg::cluster_group cluster = cg::this_cluster();
+    double* sums = reinterpret_cast<double*>(smem);
+    if (split != 0) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[(nt * 4 + i) * kThreads + threadIdx.x] = acc[nt][i];
+    }
+    cluster.sync();
+    if (split == 0) {
+      for (int r = 1; r < splits; ++r) {
+        const double* remote = cluster.map_shared_rank(sums, r);
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[nt][i] += remote[(nt * 4 + i) * kThreads + threadIdx.x];
+      }
+    }
+    cluster.sync();  // keep every rank's shared memory alive until rank 0 has read it
+    if (split != 0) return;
+  }
+  if (!warp_has_rows) return;
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t n = row0 + g + (i >= 2 ? 8 : 0);
+      const int64_t m = nt * 8 + 2 * t + (i & 1);
+      if (m < p.m && n < p.n) store_output(p, m, n, acc[nt][i]);
+    }
+#else
+  (void)p;
+  (void)splits;
+  __trap();
+#endif
+}
+
+template <int kNTiles>
+size_t shared_bytes() {
+  const size_t staging = size_t{8} * kNTiles * (kActRowBytes + kChunkBlocks);
+  const size_t sums = size_t{kNTiles} * 4 * kThreads * sizeof(double);
+  return staging > sums ? staging : sums;
+}
+
+template <int kNTiles, bool kPrepared>
+void launch(const GemmProblem& p, int splits, int64_t ctas) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits), 1);
+  config.blockDim = dim3(kThreads, 1, 1);
+  config.dynamicSmemBytes = shared_bytes<kNTiles>();
+  config.stream = static_cast<cudaStream_t>(p.stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = static_cast<unsigned>(splits);
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, gemm_decode_kernel<kNTiles, kPrepared>, p, splits),
+             "gemm_decode_kernel launch");
+}
+
+template <bool kPrepared>
+void launch_for_m(const GemmProblem& p, int splits, int64_t ctas) {
+  if (p.m <= 8) return launch<1, kPrepared>(p, splits, ctas);
+  if (p.m <= 16) return launch<2, kPrepared>(p, splits, ctas);
+  if (p.m <= 32) return launch<4, kPrepared>(p, splits, ctas);
+  return launch<8, kPrepared>(p, splits, ctas);
+}
+
+}  // namespace
+
+constexpr int64_t kDecodeMaxM = 64;
+
+std::string gemm_decode_why_not(const GemmProblem& p) {
+  if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
+  if (device_info(p.device.ordinal).major < 9) return "needs an sm_90 GPU (thread-block clusters)";
+  if (p.m > kDecodeMaxM)
+    return "M = " + std::to_string(p.m) + " is above the decode limit of " +
+           std::to_string(kDecodeMaxM);
+  if (p.split_k > kMaxSplits)
+    return "split_k = " + std::to_string(p.split_k) + " is above the decode limit of " +
+           std::to_string(kMaxSplits);
+  const auto address = reinterpret_cast<uintptr_t>(p.b.data);
+  if (p.b.layout == A4W4_LAYOUT_PLAIN) {
+    if (address % 16 != 0 || p.b.stride_bytes % 16 != 0)
+      return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
+  } else if (address % 16 != 0 || reinterpret_cast<uintptr_t>(p.b.scale) % 8 != 0) {
+    return "a prepared B must start on 16 bytes and its scales on 8";
+  }
+  return {};
+}
+
+void gemm_decode(const GemmProblem& p, const ExecConfig&) {
+  DeviceGuard guard(p.device.ordinal);
+  const int64_t ctas = (p.n + kRowsPerCta - 1) / kRowsPerCta;
+  const int64_t blocks = p.k / 32;
+  int splits = p.split_k;
+  if (splits == 0) {
+    // Enough CTAs for about four per SM, each partition at least one chunk long.
+    const int64_t want = 4 * int64_t{device_info(p.device.ordinal).sm_count};
+    splits = 1;
+    while (splits < kMaxSplits && ctas * splits < want && blocks / (2 * splits) >= kChunkBlocks)
+      splits *= 2;
+  }
+  if (p.b.layout == A4W4_LAYOUT_PLAIN) {
+    launch_for_m<false>(p, splits, ctas);
+  } else {
+    launch_for_m<true>(p, splits, ctas);
+  }
+}
+
+}  // namespace a4w4::cuda
