@@ -1,0 +1,390 @@
+#include "gpu_bench.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "a4w4/a4w4.h"
+#include "fill.h"
+
+namespace a4w4::bench {
+namespace {
+
+// The datasheet ceilings behind the floor of shared/docs/targets.md.
+constexpr double kHbmBytesPerSecond = 4.8e12;
+constexpr double kFp4PeakFlops = 1979e12;
+constexpr size_t kCublasWorkspace = 32u << 20;
+
+void cuda_check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(err)));
+}
+void cublas_check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(fmt::format("{}: cuBLAS status {}", what, static_cast<int>(status)));
+}
+void a4w4_check(a4w4_status status, const char* what) {
+  if (status != A4W4_SUCCESS)
+    throw std::runtime_error(fmt::format("{}: {}: {}", what, a4w4_status_string(status),
+                                         a4w4_last_error_message()));
+}
+
+struct DeviceAllocation {
+  void* ptr = nullptr;
+  explicit DeviceAllocation(size_t bytes) { cuda_check(cudaMalloc(&ptr, bytes), "cudaMalloc"); }
+  ~DeviceAllocation() { cudaFree(ptr); }
+  DeviceAllocation(const DeviceAllocation&) = delete;
+  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
+};
+
+class Stream {
+ public:
+  Stream() { cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Median microseconds per call of enqueue(stream, i): calls are captured back to back into a graph
+// (i = 0, 1, ... selects the rotating operand set) and the graph is replayed `samples` times.
+double time_calls(const std::function<void(cudaStream_t, int)>& enqueue, cudaStream_t stream,
+                  const GpuBenchOptions& options) {
+  cudaEvent_t start, stop;
+  cuda_check(cudaEventCreate(&start), "event");
+  cuda_check(cudaEventCreate(&stop), "event");
+  // Warm-up, and a first estimate of one call.
+  for (int i = 0; i < 3; ++i) enqueue(stream, i);
+  cuda_check(cudaEventRecord(start, stream), "record");
+  for (int i = 0; i < 8; ++i) enqueue(stream, i);
+  cuda_check(cudaEventRecord(stop, stream), "record");
+  cuda_check(cudaEventSynchronize(stop), "sync");
+  float ms = 0;
+  cuda_check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+  const double estimate_us = std::max(1.0, 1000.0 * ms / 8);
+  const int calls = std::clamp(static_cast<int>(options.graph_us / estimate_us), 4, 500);
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < calls; ++i) enqueue(stream, i);
+  cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
+  cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cuda_check(cudaGraphLaunch(exec, stream), "graph warm-up");
+  std::vector<double> per_call;
+  for (int s = 0; s < options.samples; ++s) {
+    cuda_check(cudaEventRecord(start, stream), "record");
+    cuda_check(cudaGraphLaunch(exec, stream), "graph launch");
+    cuda_check(cudaEventRecord(stop, stream), "record");
+    cuda_check(cudaEventSynchronize(stop), "sync");
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    per_call.push_back(1000.0 * ms / calls);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(per_call.begin(), per_call.begin() + per_call.size() / 2, per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+// How many operand sets of `bytes` each make the rotation at least three times the L2 size.
+int rotation_sets(double bytes, const GpuDeviceFacts& facts) {
+  return std::clamp(static_cast<int>(std::ceil(3.0 * facts.l2_bytes / std::max(bytes, 1.0))), 2,
+                    64);
+}
+
+a4w4_dtype out_dtype(const std::string& name) {
+  if (name == "fp32" || name == "f32") return A4W4_DTYPE_F32;
+  if (name == "fp16" || name == "f16") return A4W4_DTYPE_F16;
+  return A4W4_DTYPE_BF16;
+}
+
+// One rotating set of a4w4 operands: A, B plain and prepared, their scales, and D.
+struct Fp4Set {
+  std::unique_ptr<DeviceAllocation> a, as, b, bs, pb, pbs, d;
+};
+
+double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDeviceFacts& facts,
+                 a4w4_context ctx, cudaStream_t stream, bool prepared, std::string* kernel_used) {
+  const a4w4_device gpu = a4w4_cuda(options.device);
+  const a4w4_dtype dtype = out_dtype(options.out_dtype);
+  const size_t out_size = dtype == A4W4_DTYPE_F32 ? 4 : 2;
+  size_t pw = 0, ps = 0;
+  a4w4_check(a4w4_prepared_weight_size(s.n, s.k, A4W4_LAYOUT_PREPARED_V1, &pw, &ps), "size");
+  const double set_bytes = (s.m + s.n) * (s.k / 2.0 + s.k / 32.0) + s.m * s.n * out_size;
+  const int sets = rotation_sets(set_bytes, facts);
+  std::vector<Fp4Set> operands(sets);
+  for (int i = 0; i < sets; ++i) {
+    Fp4Set& o = operands[i];
+    o.a = std::make_unique<DeviceAllocation>(s.m * s.k / 2);
+    o.as = std::make_unique<DeviceAllocation>(s.m * s.k / 32);
+    o.b = std::make_unique<DeviceAllocation>(s.n * s.k / 2);
+    o.bs = std::make_unique<DeviceAllocation>(s.n * s.k / 32);
+    o.d = std::make_unique<DeviceAllocation>(s.m * s.n * out_size);
+    cuda_check(fill_random(o.a->ptr, s.m * s.k / 2, 4 * i + 1, FillKind::kBytes, stream), "fill");
+    cuda_check(fill_random(o.as->ptr, s.m * s.k / 32, 4 * i + 2, FillKind::kScales, stream), "fill");
+    cuda_check(fill_random(o.b->ptr, s.n * s.k / 2, 4 * i + 3, FillKind::kBytes, stream), "fill");
+    cuda_check(fill_random(o.bs->ptr, s.n * s.k / 32, 4 * i + 4, FillKind::kScales, stream), "fill");
+    if (prepared) {
+      o.pb = std::make_unique<DeviceAllocation>(pw);
+      o.pbs = std::make_unique<DeviceAllocation>(ps);
+      a4w4_tensor b = a4w4_tensor_2d(o.b->ptr, A4W4_DTYPE_E2M1, s.n, s.k, s.k, gpu);
+      a4w4_tensor bs = a4w4_tensor_2d(o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, gpu);
+      a4w4_tensor pb = a4w4_tensor_2d(o.pb->ptr, A4W4_DTYPE_E2M1, s.n, s.k, 0, gpu);
+      a4w4_tensor pbs = a4w4_tensor_2d(o.pbs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, 0, gpu);
+      pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V1;
+      a4w4_check(a4w4_prepare_weight(ctx, &b, &bs, &pb, &pbs, stream), "a4w4_prepare_weight");
+      o.b.reset();  // only the prepared copy is used
+      o.bs.reset();
+    }
+  }
+  cuda_check(cudaStreamSynchronize(stream), "fill");
+  a4w4_gemm_options gemm;
+  a4w4_gemm_options_init(&gemm);
+  gemm.split_k = options.split_k;
+  gemm.kernel = options.kernel.empty() ? nullptr : options.kernel.c_str();
+  auto enqueue = [&](cudaStream_t st, int i) {
+    const Fp4Set& o = operands[i % sets];
+    const a4w4_tensor a = a4w4_tensor_2d(o.a->ptr, A4W4_DTYPE_E2M1, s.m, s.k, s.k, gpu);
+    const a4w4_tensor as = a4w4_tensor_2d(o.as->ptr, A4W4_DTYPE_E8M0, s.m, s.k / 32, s.k / 32, gpu);
+    a4w4_tensor b, bs;
+    if (prepared) {
+      b = a4w4_tensor_2d(o.pb->ptr, A4W4_DTYPE_E2M1, s.n, s.k, 0, gpu);
+      bs = a4w4_tensor_2d(o.pbs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, 0, gpu);
+      b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V1;
+    } else {
+      b = a4w4_tensor_2d(o.b->ptr, A4W4_DTYPE_E2M1, s.n, s.k, s.k, gpu);
+      bs = a4w4_tensor_2d(o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, gpu);
+    }
+    const a4w4_tensor d = a4w4_tensor_2d(o.d->ptr, dtype, s.m, s.n, s.n, gpu);
+    a4w4_check(a4w4_gemm(ctx, &a, &as, &b, &bs, nullptr, nullptr, &d, &gemm, st), "a4w4_gemm");
+  };
+  if (kernel_used != nullptr) *kernel_used = options.kernel.empty() ? "auto" : options.kernel;
+  return time_calls(enqueue, stream, options);
+}
+
+double time_cublas_bf16(const Shape& s, const GpuDeviceFacts& facts, const GpuBenchOptions& options,
+                        cudaStream_t stream) {
+  cublasHandle_t handle;
+  cublas_check(cublasCreate(&handle), "cublasCreate");
+  DeviceAllocation workspace(kCublasWorkspace);
+  cublas_check(cublasSetStream(handle, stream), "cublasSetStream");
+  cublas_check(cublasSetWorkspace(handle, workspace.ptr, kCublasWorkspace), "cublasSetWorkspace");
+  const double set_bytes = 2.0 * (s.m * s.k + s.n * s.k + s.m * s.n);
+  const int sets = rotation_sets(set_bytes, facts);
+  std::vector<std::unique_ptr<DeviceAllocation>> a, b, d;
+  for (int i = 0; i < sets; ++i) {
+    a.push_back(std::make_unique<DeviceAllocation>(2 * s.m * s.k));
+    b.push_back(std::make_unique<DeviceAllocation>(2 * s.n * s.k));
+    d.push_back(std::make_unique<DeviceAllocation>(2 * s.m * s.n));
+    cuda_check(fill_random(a[i]->ptr, 2 * s.m * s.k, 100 + i, FillKind::kBf16, stream), "fill");
+    cuda_check(fill_random(b[i]->ptr, 2 * s.n * s.k, 200 + i, FillKind::kBf16, stream), "fill");
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  // Row-major D[M,N] = A[M,K] B[N,K]^T is column-major D^T[N,M] = B^T... : op(B) = T, op(A) = N.
+  auto enqueue = [&](cudaStream_t, int i) {
+    cublas_check(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n),
+                              static_cast<int>(s.m), static_cast<int>(s.k), &alpha,
+                              b[i % sets]->ptr, CUDA_R_16BF, static_cast<int>(s.k),
+                              a[i % sets]->ptr, CUDA_R_16BF, static_cast<int>(s.k), &beta,
+                              d[i % sets]->ptr, CUDA_R_16BF, static_cast<int>(s.n),
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+  };
+  const double us = time_calls(enqueue, stream, options);
+  cublasDestroy(handle);
+  return us;
+}
+
+double time_cublaslt_fp8(const Shape& s, const GpuDeviceFacts& facts,
+                         const GpuBenchOptions& options, cudaStream_t stream) {
+  cublasLtHandle_t handle;
+  cublas_check(cublasLtCreate(&handle), "cublasLtCreate");
+  DeviceAllocation workspace(kCublasWorkspace), scales(2 * sizeof(float));
+  const float unit_scales[2] = {1.0f, 1.0f};
+  cuda_check(cudaMemcpy(scales.ptr, unit_scales, sizeof(unit_scales), cudaMemcpyHostToDevice),
+             "scales");
+  const float* a_scale = static_cast<const float*>(scales.ptr);
+  const float* b_scale = a_scale + 1;
+
+  cublasLtMatmulDesc_t desc;
+  cublas_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale,
+                                 sizeof(b_scale));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale,
+                                 sizeof(a_scale));
+  // Operand "A" of cuBLASLt is our B^T (K x N, transposed), "B" is our A^T (K x M).
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublas_check(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, s.k, s.n, s.k), "layout");
+  cublas_check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, s.k, s.m, s.k), "layout");
+  cublas_check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, s.n, s.m, s.n), "layout");
+  cublasLtMatmulPreference_t preference;
+  cublasLtMatmulPreferenceCreate(&preference);
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                       &kCublasWorkspace, sizeof(kCublasWorkspace));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  cublas_check(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, preference, 1,
+                                              &heuristic, &found),
+               "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) throw std::runtime_error("cuBLASLt found no fp8 algorithm");
+
+  const double set_bytes = 1.0 * (s.m * s.k + s.n * s.k) + 2.0 * s.m * s.n;
+  const int sets = rotation_sets(set_bytes, facts);
+  std::vector<std::unique_ptr<DeviceAllocation>> a, b, d;
+  for (int i = 0; i < sets; ++i) {
+    a.push_back(std::make_unique<DeviceAllocation>(s.m * s.k));
+    b.push_back(std::make_unique<DeviceAllocation>(s.n * s.k));
+    d.push_back(std::make_unique<DeviceAllocation>(2 * s.m * s.n));
+    cuda_check(fill_random(a[i]->ptr, s.m * s.k, 300 + i, FillKind::kE4m3, stream), "fill");
+    cuda_check(fill_random(b[i]->ptr, s.n * s.k, 400 + i, FillKind::kE4m3, stream), "fill");
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  auto enqueue = [&](cudaStream_t st, int i) {
+    cublas_check(cublasLtMatmul(handle, desc, &alpha, b[i % sets]->ptr, la, a[i % sets]->ptr, lb,
+                                &beta, d[i % sets]->ptr, lc, d[i % sets]->ptr, lc,
+                                &heuristic.algo, workspace.ptr, kCublasWorkspace, st),
+                 "cublasLtMatmul");
+  };
+  const double us = time_calls(enqueue, stream, options);
+  cublasLtMatmulPreferenceDestroy(preference);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(handle);
+  return us;
+}
+
+}  // namespace
+
+GpuDeviceFacts measure_device(const GpuBenchOptions& options) {
+  cuda_check(cudaSetDevice(options.device), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
+  GpuDeviceFacts facts;
+  facts.name = prop.name;
+  facts.l2_bytes = prop.l2CacheSize;
+  // Copy bandwidth: a 2 GiB device-to-device copy, bytes read + written.
+  const size_t bytes = size_t{1} << 31;
+  DeviceAllocation src(bytes), dst(bytes);
+  Stream stream;
+  cuda_check(fill_random(src.ptr, bytes, 7, FillKind::kBytes, stream.get()), "fill");
+  GpuBenchOptions copy_options = options;
+  copy_options.graph_us = 20000;
+  const double us = time_calls(
+      [&](cudaStream_t st, int) {
+        cuda_check(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, st), "copy");
+      },
+      stream.get(), copy_options);
+  facts.copy_gbps = 2.0 * bytes / (us * 1e-6) / 1e9;
+  return facts;
+}
+
+std::vector<GpuBenchRow> run_gpu_gemm_bench(
+    const std::vector<Shape>& shapes, const GpuBenchOptions& options, const GpuDeviceFacts& facts,
+    const std::function<void(size_t, size_t, const std::string&)>& progress) {
+  cuda_check(cudaSetDevice(options.device), "cudaSetDevice");
+  a4w4_context ctx;
+  a4w4_check(a4w4_context_create(&ctx), "a4w4_context_create");
+  std::unique_ptr<a4w4_context_t, decltype(&a4w4_context_destroy)> owner(ctx, a4w4_context_destroy);
+  Stream stream;
+  std::vector<GpuBenchRow> rows;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    if (progress) progress(i, shapes.size(), fmt::format("{}x{}x{} {}", s.m, s.n, s.k, s.label));
+    GpuBenchRow row;
+    row.shape = s;
+    const double out_bytes = out_dtype(options.out_dtype) == A4W4_DTYPE_F32 ? 4 : 2;
+    row.bytes = (s.m + s.n) * (s.k / 2.0) + (s.m + s.n) * (s.k / 32.0) + s.m * s.n * out_bytes;
+    row.flops = 2.0 * s.m * s.n * s.k;
+    row.floor_us = 1e6 * std::max(row.bytes / kHbmBytesPerSecond, row.flops / kFp4PeakFlops);
+    row.a4w4_us = time_a4w4(s, options, facts, ctx, stream.get(), true, &row.kernel);
+    if (options.plain_weights)
+      row.a4w4_plain_us = time_a4w4(s, options, facts, ctx, stream.get(), false, nullptr);
+    if (options.baselines) {
+      row.cublas_bf16_us = time_cublas_bf16(s, facts, options, stream.get());
+      row.cublaslt_fp8_us = time_cublaslt_fp8(s, facts, options, stream.get());
+    }
+    rows.push_back(row);
+  }
+  if (progress) progress(shapes.size(), shapes.size(), "done");
+  return rows;
+}
+
+QuantizeBenchRow run_gpu_quantize_bench(int64_t rows, int64_t cols, const GpuBenchOptions& options,
+                                        const GpuDeviceFacts& facts) {
+  cuda_check(cudaSetDevice(options.device), "cudaSetDevice");
+  a4w4_context ctx;
+  a4w4_check(a4w4_context_create(&ctx), "a4w4_context_create");
+  std::unique_ptr<a4w4_context_t, decltype(&a4w4_context_destroy)> owner(ctx, a4w4_context_destroy);
+  Stream stream;
+  const a4w4_device gpu = a4w4_cuda(options.device);
+  const double bytes = rows * cols * (2.0 + 0.5 + 1.0 / 32);
+  const int sets = rotation_sets(bytes, facts);
+  std::vector<std::unique_ptr<DeviceAllocation>> x, q, s;
+  for (int i = 0; i < sets; ++i) {
+    x.push_back(std::make_unique<DeviceAllocation>(2 * rows * cols));
+    q.push_back(std::make_unique<DeviceAllocation>(rows * cols / 2));
+    s.push_back(std::make_unique<DeviceAllocation>(rows * cols / 32));
+    cuda_check(fill_random(x[i]->ptr, 2 * rows * cols, 500 + i, FillKind::kBf16, stream.get()),
+               "fill");
+  }
+  auto enqueue = [&](cudaStream_t st, int i) {
+    const a4w4_tensor tx = a4w4_tensor_2d(x[i % sets]->ptr, A4W4_DTYPE_BF16, rows, cols, cols, gpu);
+    const a4w4_tensor tq = a4w4_tensor_2d(q[i % sets]->ptr, A4W4_DTYPE_E2M1, rows, cols, cols, gpu);
+    const a4w4_tensor ts =
+        a4w4_tensor_2d(s[i % sets]->ptr, A4W4_DTYPE_E8M0, rows, cols / 32, cols / 32, gpu);
+    a4w4_check(a4w4_quantize(ctx, &tx, &tq, &ts, A4W4_SCALE_RCEIL, st), "a4w4_quantize");
+  };
+  return QuantizeBenchRow{rows, cols, time_calls(enqueue, stream.get(), options), bytes};
+}
+
+std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDeviceFacts& facts) {
+  std::string out = fmt::format(
+      "| M×N×K | label | a4w4 µs (prepared B) | a4w4 µs (plain B) | TFLOP/s | GB/s | % of copy BW "
+      "({:.0f} GB/s) | floor µs | cuBLAS bf16 µs | cuBLASLt fp8 µs | × bf16 | × fp8 |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      facts.copy_gbps);
+  for (const GpuBenchRow& r : rows) {
+    const double gbps = r.bytes / (r.a4w4_us * 1e-6) / 1e9;
+    auto opt = [](double us) { return us > 0 ? fmt::format("{:.1f}", us) : std::string("—"); };
+    auto ratio = [&](double base) {
+      return base > 0 ? fmt::format("{:.2f}×", base / r.a4w4_us) : std::string("—");
+    };
+    out += fmt::format("| {}×{}×{} | {} | {:.1f} | {} | {:.1f} | {:.0f} | {:.0f}% | {:.1f} | {} | {} | {} | {} |\n",
+                       r.shape.m, r.shape.n, r.shape.k, r.shape.label, r.a4w4_us,
+                       opt(r.a4w4_plain_us), r.flops / (r.a4w4_us * 1e-6) / 1e12, gbps,
+                       100.0 * gbps / facts.copy_gbps, r.floor_us, opt(r.cublas_bf16_us),
+                       opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us), ratio(r.cublaslt_fp8_us));
+  }
+  return out;
+}
+
+std::string format_quantize_table(const std::vector<QuantizeBenchRow>& rows,
+                                  const GpuDeviceFacts& facts) {
+  std::string out = fmt::format(
+      "| quantize bf16 R×K (RCEIL) | µs | GB/s (read + written) | % of copy BW ({:.0f} GB/s) |\n"
+      "|---|---|---|---|\n",
+      facts.copy_gbps);
+  for (const QuantizeBenchRow& r : rows) {
+    const double gbps = r.bytes / (r.us * 1e-6) / 1e9;
+    out += fmt::format("| {}×{} | {:.1f} | {:.0f} | {:.0f}% |\n", r.rows, r.cols, r.us, gbps,
+                       100.0 * gbps / facts.copy_gbps);
+  }
+  return out;
+}
+
+}  // namespace a4w4::bench

@@ -1,0 +1,60 @@
+// The GPU benchmark behind `a4w4 bench --backend cuda`: a4w4 and the cuBLAS baselines (bf16 GEMM,
+// cuBLASLt fp8 e4m3 with per-tensor scales) on the same shapes in one process. Each figure is the
+// median over samples of CUDA-event timings of a captured graph of back-to-back calls, after
+// warm-up, rotating through operand sets larger than the L2 cache. cuBLAS is a baseline only.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shapes.h"
+
+namespace a4w4::bench {
+
+struct GpuBenchOptions {
+  int device = 0;
+  int samples = 30;           // timed graph launches per figure; the median is reported
+  double graph_us = 2000.0;   // aim for graphs of about this many microseconds
+  bool baselines = true;      // also time cuBLAS bf16 and cuBLASLt fp8
+  bool plain_weights = true;  // also time a4w4 on a plain (not prepared) B
+  std::string kernel;         // "" = dispatch
+  int split_k = 0;
+  std::string out_dtype = "bf16";
+};
+
+struct GpuBenchRow {
+  Shape shape;
+  double a4w4_us = 0, a4w4_plain_us = 0, cublas_bf16_us = 0, cublaslt_fp8_us = 0;
+  double bytes = 0, flops = 0;
+  double floor_us = 0;  // max(bytes / 4.8 TB/s, flops / 1979 TFLOP/s): shared/docs/targets.md
+  std::string kernel;   // what dispatch ran (or the one asked for)
+};
+
+struct GpuDeviceFacts {
+  std::string name;
+  double copy_gbps = 0;  // measured device-to-device copy, bytes read + written per second / 1e9
+  double l2_bytes = 0;
+};
+
+GpuDeviceFacts measure_device(const GpuBenchOptions& options);
+
+// Runs every shape; progress(i, total, label) is called before each one.
+std::vector<GpuBenchRow> run_gpu_gemm_bench(
+    const std::vector<Shape>& shapes, const GpuBenchOptions& options, const GpuDeviceFacts& facts,
+    const std::function<void(size_t, size_t, const std::string&)>& progress);
+
+struct QuantizeBenchRow {
+  int64_t rows, cols;
+  double us, bytes;
+};
+// a4w4_quantize of a random bf16 [rows, cols] matrix, RCEIL.
+QuantizeBenchRow run_gpu_quantize_bench(int64_t rows, int64_t cols, const GpuBenchOptions& options,
+                                        const GpuDeviceFacts& facts);
+
+// Markdown tables (what bench/RESULTS.md records).
+std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDeviceFacts& facts);
+std::string format_quantize_table(const std::vector<QuantizeBenchRow>& rows,
+                                  const GpuDeviceFacts& facts);
+
+}  // namespace a4w4::bench

@@ -1,0 +1,529 @@
+// GPU tests (ctest label `cuda`): every CUDA kernel against the CPU reference on fresh random
+// data — all E2M1 codes, wide scale ranges with the E8M0 extremes, NaN scales, ragged M and N,
+// strided operands, every epilogue and output dtype — plus streams, graph capture, prepared
+// weights and the device-specific error codes. Skipped where no GPU is usable.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "a4w4/a4w4.h"
+
+namespace {
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+// Owns device memory of `bytes`.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&ptr_, bytes_ == 0 ? 1 : bytes_) != cudaSuccess) ptr_ = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  template <typename T>
+  void upload(const std::vector<T>& host) const {
+    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  template <typename T>
+  std::vector<T> download(size_t count) const {
+    std::vector<T> host(count);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return host;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+size_t dtype_size(a4w4_dtype dtype) { return dtype == A4W4_DTYPE_F32 ? 4 : 2; }
+
+class CudaBackend : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!a4w4_backend_available(A4W4_BACKEND_CUDA)) GTEST_SKIP() << "no usable CUDA device";
+    ASSERT_EQ(a4w4_context_create(&ctx_), A4W4_SUCCESS);
+  }
+  void TearDown() override { a4w4_context_destroy(ctx_); }
+  a4w4_context ctx_ = nullptr;
+  std::mt19937_64 rng_{20261129};
+};
+
+// A packed operand [rows, k] with a row stride (in elements) and its scales.
+struct Packed {
+  int64_t rows, k, stride, scale_stride;
+  std::vector<uint8_t> data, scales;
+};
+
+// Random codes (all 16) and scales: narrow around 127 or wide (0..254), with a few NaN scales.
+Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad, bool wide,
+                     double nan_fraction) {
+  Packed p{rows, k, k + pad, k / 32 + pad / 32 + (pad ? 1 : 0), {}, {}};
+  p.data.resize(static_cast<size_t>(rows * p.stride / 2));
+  p.scales.resize(static_cast<size_t>(rows * p.scale_stride));
+  for (auto& byte : p.data) byte = static_cast<uint8_t>(rng());
+  std::uniform_int_distribution<int> narrow(117, 137), any(0, 254);
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (auto& s : p.scales) {
+    s = static_cast<uint8_t>(wide ? any(rng) : narrow(rng));
+    if (unit(rng) < nan_fraction) s = 0xFF;
+  }
+  return p;
+}
+
+a4w4_tensor tensor(void* data, a4w4_dtype dtype, int64_t rows, int64_t cols, int64_t stride,
+                   a4w4_device device) {
+  return a4w4_tensor_2d(data, dtype, rows, cols, stride, device);
+}
+
+// Bitwise equality that treats every NaN as equal to every NaN.
+template <typename T>
+int64_t count_mismatches(const std::vector<T>& x, const std::vector<T>& y, a4w4_dtype dtype) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::memcmp(&x[i], &y[i], sizeof(T)) == 0) continue;
+    if (dtype == A4W4_DTYPE_F32) {
+      float a, b;
+      std::memcpy(&a, &x[i], 4), std::memcpy(&b, &y[i], 4);
+      if (std::isnan(a) && std::isnan(b)) continue;
+    } else {
+      uint16_t a, b;
+      std::memcpy(&a, &x[i], 2), std::memcpy(&b, &y[i], 2);
+      const uint16_t exp_mask = dtype == A4W4_DTYPE_BF16 ? 0x7F80 : 0x7C00;
+      const uint16_t man_mask = dtype == A4W4_DTYPE_BF16 ? 0x007F : 0x03FF;
+      auto is_nan = [&](uint16_t v) { return (v & exp_mask) == exp_mask && (v & man_mask); };
+      if (is_nan(a) && is_nan(b)) continue;
+    }
+    ++bad;
+  }
+  return bad;
+}
+
+struct GemmCase {
+  int64_t m, n, k;
+  a4w4_dtype out;
+  bool with_c, with_bias, wide_scales, prepared;
+  int split_k;
+  const char* kernel;  // nullptr: dispatch
+  int64_t pad;         // extra elements per row of every operand (strided operands)
+};
+
+std::string describe(const GemmCase& c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+         " out=" + a4w4_dtype_name(c.out) + " C=" + std::to_string(c.with_c) +
+         " bias=" + std::to_string(c.with_bias) + " wide=" + std::to_string(c.wide_scales) +
+         " prepared=" + std::to_string(c.prepared) + " split=" + std::to_string(c.split_k) +
+         " kernel=" + (c.kernel ? c.kernel : "auto") + " pad=" + std::to_string(c.pad);
+}
+
+// Runs one case on the GPU and on the CPU reference (same split_k) and compares bitwise, or, with
+// split_k == 0 (the GPU may choose another split), within 1e-6 relative to the reference norm
+// with matching NaN positions.
+void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
+  SCOPED_TRACE(describe(c));
+  const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
+  const Packed a = random_packed(rng, c.m, c.k, c.pad, c.wide_scales, 0.002);
+  const Packed b = random_packed(rng, c.n, c.k, c.pad, c.wide_scales, 0.002);
+  const int64_t d_stride = c.n + c.pad;
+  std::uniform_real_distribution<float> value(-4, 4);
+  std::vector<float> c_host(static_cast<size_t>(c.m * d_stride)), bias(static_cast<size_t>(c.n));
+  for (auto& v : c_host) v = value(rng);
+  for (auto& v : bias) v = value(rng);
+
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.alpha = 0.75f;
+  options.beta = c.with_c ? -1.5f : 0.0f;
+  options.split_k = c.split_k;
+
+  // CPU reference.
+  const size_t d_bytes = static_cast<size_t>(c.m * d_stride) * dtype_size(c.out);
+  std::vector<uint8_t> d_cpu(d_bytes, 0xCD);
+  a4w4_tensor ta = tensor((void*)a.data.data(), A4W4_DTYPE_E2M1, c.m, c.k, a.stride, cpu);
+  a4w4_tensor tas =
+      tensor((void*)a.scales.data(), A4W4_DTYPE_E8M0, c.m, c.k / 32, a.scale_stride, cpu);
+  a4w4_tensor tb = tensor((void*)b.data.data(), A4W4_DTYPE_E2M1, c.n, c.k, b.stride, cpu);
+  a4w4_tensor tbs =
+      tensor((void*)b.scales.data(), A4W4_DTYPE_E8M0, c.n, c.k / 32, b.scale_stride, cpu);
+  a4w4_tensor tc = tensor(c_host.data(), A4W4_DTYPE_F32, c.m, c.n, d_stride, cpu);
+  a4w4_tensor tbias = a4w4_tensor_1d(bias.data(), A4W4_DTYPE_F32, c.n, cpu);
+  a4w4_tensor td = tensor(d_cpu.data(), c.out, c.m, c.n, d_stride, cpu);
+  ASSERT_EQ(a4w4_gemm(ctx, &ta, &tas, &tb, &tbs, c.with_c ? &tc : nullptr,
+                      c.with_bias ? &tbias : nullptr, &td, &options, nullptr),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+
+  // GPU.
+  DeviceBuffer ga(a.data.size()), gas(a.scales.size()), gb(b.data.size()), gbs(b.scales.size());
+  DeviceBuffer gc(c_host.size() * 4), gbias(bias.size() * 4), gd(d_bytes);
+  ga.upload(a.data), gas.upload(a.scales), gb.upload(b.data), gbs.upload(b.scales);
+  gc.upload(c_host), gbias.upload(bias);
+  ASSERT_EQ(cudaMemset(gd.get(), 0xCD, d_bytes), cudaSuccess);
+  ta = tensor(ga.get(), A4W4_DTYPE_E2M1, c.m, c.k, a.stride, gpu);
+  tas = tensor(gas.get(), A4W4_DTYPE_E8M0, c.m, c.k / 32, a.scale_stride, gpu);
+  tb = tensor(gb.get(), A4W4_DTYPE_E2M1, c.n, c.k, b.stride, gpu);
+  tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, c.n, c.k / 32, b.scale_stride, gpu);
+  tc = tensor(gc.get(), A4W4_DTYPE_F32, c.m, c.n, d_stride, gpu);
+  tbias = a4w4_tensor_1d(gbias.get(), A4W4_DTYPE_F32, c.n, gpu);
+  td = tensor(gd.get(), c.out, c.m, c.n, d_stride, gpu);
+
+  size_t wbytes = 0, sbytes = 0;
+  ASSERT_EQ(a4w4_prepared_weight_size(c.n, c.k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
+            A4W4_SUCCESS);
+  DeviceBuffer gpw(wbytes), gps(sbytes);
+  if (c.prepared) {
+    a4w4_tensor pw = tensor(gpw.get(), A4W4_DTYPE_E2M1, c.n, c.k, 0, gpu);
+    a4w4_tensor ps = tensor(gps.get(), A4W4_DTYPE_E8M0, c.n, c.k / 32, 0, gpu);
+    pw.layout = ps.layout = A4W4_LAYOUT_PREPARED_V1;
+    ASSERT_EQ(a4w4_prepare_weight(ctx, &tb, &tbs, &pw, &ps, nullptr), A4W4_SUCCESS)
+        << a4w4_last_error_message();
+    tb = pw, tbs = ps;
+  }
+  options.kernel = c.kernel;
+  ASSERT_EQ(a4w4_gemm(ctx, &ta, &tas, &tb, &tbs, c.with_c ? &tc : nullptr,
+                      c.with_bias ? &tbias : nullptr, &td, &options, nullptr),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint8_t> d_gpu = gd.download<uint8_t>(d_bytes);
+
+  // Compare element by element (padding columns must be untouched too).
+  const size_t elem = dtype_size(c.out);
+  int64_t mismatches = 0, pad_written = 0;
+  double diff2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < d_stride; ++j) {
+      const size_t off = static_cast<size_t>(i * d_stride + j) * elem;
+      if (j >= c.n) {
+        pad_written += d_gpu[off] != 0xCD;
+        continue;
+      }
+      auto widen = [&](const std::vector<uint8_t>& v) {
+        if (c.out == A4W4_DTYPE_F32) {
+          float f;
+          std::memcpy(&f, &v[off], 4);
+          return static_cast<double>(f);
+        }
+        uint16_t h;
+        std::memcpy(&h, &v[off], 2);
+        if (c.out == A4W4_DTYPE_BF16) {
+          uint32_t bits = static_cast<uint32_t>(h) << 16;
+          float f;
+          std::memcpy(&f, &bits, 4);
+          return static_cast<double>(f);
+        }
+        const int e = (h >> 10) & 0x1F, man = h & 0x3FF;
+        double mag = e == 0 ? std::ldexp(man, -24)
+                     : e == 31 ? (man ? NAN : INFINITY)
+                               : std::ldexp(1024 + man, e - 25);
+        return (h & 0x8000) ? -mag : mag;
+      };
+      const double ref = widen(d_cpu), got = widen(d_gpu);
+      if (std::isnan(ref) != std::isnan(got) || std::isinf(ref) != std::isinf(got) ||
+          (std::isinf(ref) && ref != got)) {
+        ++mismatches;
+        continue;
+      }
+      if (std::isfinite(ref)) {
+        diff2 += (ref - got) * (ref - got);
+        ref2 += ref * ref;
+      }
+      if (c.split_k != 0 && std::memcmp(&d_cpu[off], &d_gpu[off], elem) != 0 && !std::isnan(ref))
+        ++mismatches;
+    }
+  }
+  EXPECT_EQ(pad_written, 0) << "the GPU wrote outside D's columns";
+  EXPECT_EQ(mismatches, 0);
+  if (ref2 > 0) EXPECT_LE(std::sqrt(diff2 / ref2), 1e-6);
+}
+
+TEST_F(CudaBackend, GemmMatchesReferenceAcrossShapesAndEpilogues) {
+  const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
+  const int64_t ms[] = {1, 2, 7, 16, 33, 64, 65, 130};
+  const int64_t ns[] = {1, 17, 64, 97, 256};
+  const int64_t ks[] = {32, 96, 512, 1056};
+  int index = 0;
+  for (int64_t m : ms)
+    for (int64_t n : ns)
+      for (int64_t k : ks) {
+        const int v = index++;
+        GemmCase c{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, v % 4 < 2, v % 5 == 0,
+                   (v % 7 == 0) ? 0 : 1 + v % 3, nullptr, 0};
+        if (c.split_k > k / 32) c.split_k = static_cast<int>(k / 32);
+        run_case(ctx_, rng_, c);
+        if (HasFatalFailure()) return;
+      }
+}
+
+TEST_F(CudaBackend, EveryKernelOnStridedAndPreparedOperands) {
+  for (const char* kernel : {"cuda.decode", "cuda.generic"}) {
+    for (bool prepared : {false, true}) {
+      for (int split : {1, 2, 3, 8}) {
+        // pad 32 keeps 16-byte alignment (decode applies); pad 2 breaks it (generic only).
+        run_case(ctx_, rng_,
+                 GemmCase{5, 131, 2048, A4W4_DTYPE_BF16, true, true, true, prepared, split, kernel,
+                          32});
+        run_case(ctx_, rng_,
+                 GemmCase{48, 200, 1024, A4W4_DTYPE_F32, false, true, true, prepared, split, kernel,
+                          32});
+        if (!prepared)
+          run_case(ctx_, rng_,
+                   GemmCase{9, 70, 512, A4W4_DTYPE_F16, true, false, false, false, split,
+                            "cuda.generic", 2});
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackend, DecodeShapesOfRealModels) {
+  // Llama-3-70B-like projections at decode sizes (smaller N and K keep the CPU reference quick).
+  for (int64_t m : {1, 4, 16, 32, 64})
+    run_case(ctx_, rng_,
+             GemmCase{m, 1024, 8192, A4W4_DTYPE_BF16, false, false, false, true, 0, nullptr, 0});
+}
+
+TEST_F(CudaBackend, ExplicitKernelNamesAreHonouredOrRefused) {
+  const a4w4_device gpu = a4w4_cuda(0);
+  DeviceBuffer a(100 * 64), as(100 * 4), b(64 * 64), bs(64 * 4), d(100 * 64 * 4);
+  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, 100, 128, 128, gpu);
+  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, 100, 4, 4, gpu);
+  a4w4_tensor tb = tensor(b.get(), A4W4_DTYPE_E2M1, 64, 128, 128, gpu);
+  a4w4_tensor tbs = tensor(bs.get(), A4W4_DTYPE_E8M0, 64, 4, 4, gpu);
+  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, 100, 64, 64, gpu);
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.kernel = "cuda.decode";  // M = 100 is above its limit
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("decode"), std::string::npos);
+  options.kernel = "cpu.reference";
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  options.kernel = "cuda.nope";
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_KERNEL_NOT_FOUND);
+}
+
+TEST_F(CudaBackend, PointerKindsAndDevicesAreChecked) {
+  const a4w4_device gpu = a4w4_cuda(0);
+  std::vector<uint8_t> host(64 * 64);
+  DeviceBuffer dev(64 * 64 * 4), scales(64 * 4), out(64 * 64 * 4);
+  // Host memory described as CUDA memory.
+  a4w4_tensor ta = tensor(host.data(), A4W4_DTYPE_E2M1, 64, 128, 128, gpu);
+  a4w4_tensor tas = tensor(scales.get(), A4W4_DTYPE_E8M0, 64, 4, 4, gpu);
+  a4w4_tensor tb = tensor(dev.get(), A4W4_DTYPE_E2M1, 64, 128, 128, gpu);
+  a4w4_tensor td = tensor(out.get(), A4W4_DTYPE_F32, 64, 64, 64, gpu);
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tas, nullptr, nullptr, &td, nullptr, nullptr),
+            A4W4_ERROR_DEVICE_MISMATCH);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("a:"), std::string::npos)
+      << a4w4_last_error_message();
+  // Device memory described as CPU memory.
+  const a4w4_device cpu = a4w4_cpu();
+  std::vector<float> x(64 * 128);
+  a4w4_tensor tx = tensor(x.data(), A4W4_DTYPE_F32, 64, 128, 128, cpu);
+  a4w4_tensor tq = tensor(dev.get(), A4W4_DTYPE_E2M1, 64, 128, 128, cpu);
+  std::vector<uint8_t> hs(64 * 4);
+  a4w4_tensor ts = tensor(hs.data(), A4W4_DTYPE_E8M0, 64, 4, 4, cpu);
+  EXPECT_EQ(a4w4_quantize(ctx_, &tx, &tq, &ts, A4W4_SCALE_RCEIL, nullptr),
+            A4W4_ERROR_DEVICE_MISMATCH);
+  // An ordinal past the last device.
+  int count = 0;
+  ASSERT_EQ(a4w4_device_count(A4W4_BACKEND_CUDA, &count), A4W4_SUCCESS);
+  ta = tensor(dev.get(), A4W4_DTYPE_E2M1, 64, 128, 128, a4w4_cuda(count));
+  tas.device = tb.device = td.device = a4w4_cuda(count);
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tas, nullptr, nullptr, &td, nullptr, nullptr),
+            A4W4_ERROR_NO_DEVICE);
+}
+
+// Random inputs with every class the quantizer distinguishes: wide exponents, subnormals, zero
+// and negative-zero blocks, NaN and Inf blocks.
+std::vector<float> adversarial_floats(std::mt19937_64& rng, size_t count) {
+  std::vector<float> x(count);
+  std::uniform_int_distribution<int> exponent(-140, 127), kind(0, 99);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  for (size_t block = 0; block < count / 32; ++block) {
+    const int k = kind(rng);
+    const int base = exponent(rng);
+    for (size_t i = 0; i < 32; ++i) {
+      float v = std::ldexp(mant(rng), std::max(-149, std::min(127, base - static_cast<int>(rng() % 12))));
+      if (rng() & 1) v = -v;
+      if (k == 0) v = (i % 2) ? -0.0f : 0.0f;
+      if (k == 1 && i == 7) v = NAN;
+      if (k == 2 && i == 3) v = -INFINITY;
+      if (k == 3) v = std::ldexp(static_cast<float>(rng() % 1000), -149);  // subnormals
+      if (k == 4) v = 6.0f * std::ldexp(1.0f, base / 4) * static_cast<float>(i % 8) / 4.0f;  // ties
+      x[block * 32 + i] = v;
+    }
+  }
+  return x;
+}
+
+uint16_t to_bf16_truncating(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+uint16_t to_f16(float f) {  // round to nearest even, enough for making test inputs
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return sign | 0x7E00;
+  if (a >= 65520.0f) return sign | 0x7C00;
+  if (a < std::ldexp(1.0f, -14)) return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  int e;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int man = static_cast<int>(std::nearbyint(m * 2048.0f)) - 1024;
+  if (man == 1024) man = 0, ++e;
+  return static_cast<uint16_t>(sign | ((e + 14) << 10) | man);
+}
+
+TEST_F(CudaBackend, QuantizeIsBitIdenticalToTheReference) {
+  const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
+  for (a4w4_dtype dtype : {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16}) {
+    for (a4w4_scale_mode mode : {A4W4_SCALE_FLOOR, A4W4_SCALE_RCEIL, A4W4_SCALE_EVEN}) {
+      for (int64_t pad : {0, 3}) {
+        SCOPED_TRACE(std::string(a4w4_dtype_name(dtype)) + " " + a4w4_scale_mode_name(mode) +
+                     " pad " + std::to_string(pad));
+        const int64_t rows = 37, cols = 1024, stride = cols + pad;
+        const std::vector<float> values = adversarial_floats(rng_, rows * stride);
+        std::vector<uint8_t> x(values.size() * dtype_size(dtype));
+        for (size_t i = 0; i < values.size(); ++i) {
+          if (dtype == A4W4_DTYPE_F32) {
+            std::memcpy(&x[4 * i], &values[i], 4);
+          } else {
+            const uint16_t h = dtype == A4W4_DTYPE_BF16 ? to_bf16_truncating(values[i])
+                                                        : to_f16(values[i]);
+            std::memcpy(&x[2 * i], &h, 2);
+          }
+        }
+        std::vector<uint8_t> q_cpu(rows * cols / 2), s_cpu(rows * cols / 32);
+        a4w4_tensor tx = tensor(x.data(), dtype, rows, cols, stride, cpu);
+        a4w4_tensor tq = tensor(q_cpu.data(), A4W4_DTYPE_E2M1, rows, cols, cols, cpu);
+        a4w4_tensor ts = tensor(s_cpu.data(), A4W4_DTYPE_E8M0, rows, cols / 32, cols / 32, cpu);
+        ASSERT_EQ(a4w4_quantize(ctx_, &tx, &tq, &ts, mode, nullptr), A4W4_SUCCESS);
+
+        DeviceBuffer gx(x.size()), gq(q_cpu.size()), gs(s_cpu.size());
+        gx.upload(x);
+        tx = tensor(gx.get(), dtype, rows, cols, stride, gpu);
+        tq = tensor(gq.get(), A4W4_DTYPE_E2M1, rows, cols, cols, gpu);
+        ts = tensor(gs.get(), A4W4_DTYPE_E8M0, rows, cols / 32, cols / 32, gpu);
+        ASSERT_EQ(a4w4_quantize(ctx_, &tx, &tq, &ts, mode, nullptr), A4W4_SUCCESS)
+            << a4w4_last_error_message();
+        EXPECT_EQ(gq.download<uint8_t>(q_cpu.size()), q_cpu);
+        EXPECT_EQ(gs.download<uint8_t>(s_cpu.size()), s_cpu);
+
+        // Dequantize both ways, every output dtype.
+        for (a4w4_dtype out : {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16}) {
+          std::vector<uint8_t> y_cpu(rows * cols * dtype_size(out));
+          a4w4_tensor hq = tensor(q_cpu.data(), A4W4_DTYPE_E2M1, rows, cols, cols, cpu);
+          a4w4_tensor hs = tensor(s_cpu.data(), A4W4_DTYPE_E8M0, rows, cols / 32, cols / 32, cpu);
+          a4w4_tensor hy = tensor(y_cpu.data(), out, rows, cols, cols, cpu);
+          ASSERT_EQ(a4w4_dequantize(ctx_, &hq, &hs, &hy, nullptr), A4W4_SUCCESS);
+          DeviceBuffer gy(y_cpu.size());
+          a4w4_tensor dy = tensor(gy.get(), out, rows, cols, cols, gpu);
+          ASSERT_EQ(a4w4_dequantize(ctx_, &tq, &ts, &dy, nullptr), A4W4_SUCCESS)
+              << a4w4_last_error_message();
+          EXPECT_EQ(gy.download<uint8_t>(y_cpu.size()), y_cpu) << a4w4_dtype_name(out);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackend, PreparedWeightMatchesTheCpuLayout) {
+  const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
+  const int64_t n = 77, k = 416;  // neither a multiple of the 16 x 128 tile
+  const Packed b = random_packed(rng_, n, k, 0, true, 0.01);
+  size_t wbytes = 0, sbytes = 0;
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
+            A4W4_SUCCESS);
+  std::vector<uint8_t> pw(wbytes, 0x5A), ps(sbytes, 0x5A);
+  a4w4_tensor tb = tensor((void*)b.data.data(), A4W4_DTYPE_E2M1, n, k, k, cpu);
+  a4w4_tensor tbs = tensor((void*)b.scales.data(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, cpu);
+  a4w4_tensor tpw = tensor(pw.data(), A4W4_DTYPE_E2M1, n, k, 0, cpu);
+  a4w4_tensor tps = tensor(ps.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, cpu);
+  tpw.layout = tps.layout = A4W4_LAYOUT_PREPARED_V1;
+  ASSERT_EQ(a4w4_prepare_weight(ctx_, &tb, &tbs, &tpw, &tps, nullptr), A4W4_SUCCESS);
+
+  DeviceBuffer gb(b.data.size()), gbs(b.scales.size()), gpw(wbytes), gps(sbytes);
+  gb.upload(b.data), gbs.upload(b.scales);
+  ASSERT_EQ(cudaMemset(gpw.get(), 0xA5, wbytes), cudaSuccess);
+  tb = tensor(gb.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+  tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+  tpw = tensor(gpw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
+  tps = tensor(gps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
+  tpw.layout = tps.layout = A4W4_LAYOUT_PREPARED_V1;
+  ASSERT_EQ(a4w4_prepare_weight(ctx_, &tb, &tbs, &tpw, &tps, nullptr), A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  EXPECT_EQ(gpw.download<uint8_t>(wbytes), pw);
+  EXPECT_EQ(gps.download<uint8_t>(sbytes), ps);
+
+  // A plain tensor passed where a prepared one is expected (or mixed) is refused.
+  tbs.layout = A4W4_LAYOUT_PREPARED_V1;
+  a4w4_tensor td = tensor(gpw.get(), A4W4_DTYPE_F32, 1, n, n, gpu);
+  EXPECT_EQ(a4w4_gemm(ctx_, &tb, &tbs, &tb, &tbs, nullptr, nullptr, &td, nullptr, nullptr),
+            A4W4_ERROR_UNSUPPORTED_LAYOUT);
+}
+
+TEST_F(CudaBackend, StreamsAndGraphCapture) {
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t m = 8, n = 512, k = 2048;
+  const Packed a = random_packed(rng_, m, k, 0, false, 0);
+  const Packed b = random_packed(rng_, n, k, 0, false, 0);
+  DeviceBuffer ga(a.data.size()), gas(a.scales.size()), gb(b.data.size()), gbs(b.scales.size());
+  DeviceBuffer d1(m * n * 4), d2(m * n * 4);
+  ga.upload(a.data), gas.upload(a.scales), gb.upload(b.data), gbs.upload(b.scales);
+  const a4w4_tensor ta = tensor(ga.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+  const a4w4_tensor tas = tensor(gas.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+  const a4w4_tensor tb = tensor(gb.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+  const a4w4_tensor tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+  const a4w4_tensor td1 = tensor(d1.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  const a4w4_tensor td2 = tensor(d2.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+
+  // One split everywhere, so every kernel adds the same partials in the same order.
+  a4w4_gemm_options one_split;
+  a4w4_gemm_options_init(&one_split);
+  one_split.split_k = 1;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSERT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td1, &one_split, stream),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  CUDA_OK(cudaStreamSynchronize(stream));
+
+  // The same call captured into a graph and replayed gives the same bits.
+  for (const char* kernel : {"cuda.decode", "cuda.generic"}) {
+    a4w4_gemm_options options = one_split;
+    options.kernel = kernel;
+    CUDA_OK(cudaMemsetAsync(d2.get(), 0, m * n * 4, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const a4w4_status status =
+        a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td2, &options, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    ASSERT_EQ(status, A4W4_SUCCESS) << kernel << ": " << a4w4_last_error_message();
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(d2.download<float>(m * n), d1.download<float>(m * n)) << kernel;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
