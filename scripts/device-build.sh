@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds, on this (GPU-less) machine, what scripts/device-run.sh runs on the GPU machine: a Release
+# build for sm_90a in build-dev/ with the runtime libraries it needs beside it, so the device
+# spends no time compiling. Then: device run --carry build-dev 'bash scripts/device-run.sh'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/build-dev/' .git/info/exclude 2>/dev/null || true
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DA4W4_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90a-real -DA4W4_WERROR=ON >/dev/null
+cmake --build build-dev -j"$(nproc)"
+mkdir -p build-dev/runtime-libs
+cp -L "$(g++ -print-file-name=libgomp.so.1)" build-dev/runtime-libs/
+du -sh build-dev

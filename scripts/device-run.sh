@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The one script a developer sends to the GPU machine (the `device` tool), from the repo root:
+#   GPU tests (ctest -L cuda), compute-sanitizer memcheck on them, and the benchmarks, with every
+#   log under $OUT. It uses a build made here by scripts/device-build.sh (carried as build-dev/)
+#   when that runs there, and otherwise builds on the device with the carried Debian packages in
+#   .deps/ (CLI11, fmt, GoogleTest headers and CMake files).
+# Usage there: bash scripts/device-run.sh [tests] [memcheck] [bench] [extra bench args via BENCH_ARGS]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-dev}
+steps=${*:-tests memcheck bench}
+repo=$PWD
+log() { echo "=== $* ===" | tee -a "$OUT/summary.txt"; }
+
+# The carried build's CTest files name this machine's paths: make the same path exist there.
+if [[ ! -e /work/main && -d $BUILD ]]; then mkdir -p /work && ln -s "$repo" /work/main; fi
+export LD_LIBRARY_PATH="$repo/$BUILD/runtime-libs:${LD_LIBRARY_PATH:-}"
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu \
+  --format=csv >"$OUT/gpu.txt" 2>&1
+log "git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+if ! "$BUILD/a4w4" info >"$OUT/info.txt" 2>&1; then
+  log "carried build does not run here; building on the device"
+  cat "$OUT/info.txt" >>"$OUT/summary.txt"
+  for f in .deps/*.deb; do dpkg -x "$f" .deps/root; done
+  BUILD=build-device
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DA4W4_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_PREFIX_PATH="$repo/.deps/root/usr" \
+    -DCMAKE_CXX_FLAGS="-isystem $repo/.deps/root/usr/include" >"$OUT/configure.log" 2>&1 &&
+    cmake --build "$BUILD" -j16 >"$OUT/build.log" 2>&1 || { log "device build failed"; tail -30 "$OUT/build.log"; exit 1; }
+  "$BUILD/a4w4" info >"$OUT/info.txt" 2>&1
+fi
+cat "$OUT/info.txt"
+
+if [[ $steps == *tests* ]]; then
+  log "ctest -L cuda"
+  ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 600 >"$OUT/ctest-cuda.log" 2>&1
+  echo "ctest rc=$?" | tee -a "$OUT/summary.txt"
+  grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/ctest-cuda.log" | tail -20 | tee -a "$OUT/summary.txt"
+fi
+if [[ $steps == *memcheck* ]]; then
+  log "compute-sanitizer memcheck"
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/a4w4_cuda_test" \
+    --gtest_filter='-*GemmMatchesReferenceAcrossShapesAndEpilogues*' >"$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"
+  grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | tail -5 | tee -a "$OUT/summary.txt"
+fi
+if [[ $steps == *bench* ]]; then
+  log "a4w4 bench --preset targets --quantize ${BENCH_ARGS:-}"
+  "$BUILD/a4w4" bench --backend cuda --preset targets --quantize ${BENCH_ARGS:-} \
+    >"$OUT/bench.md" 2>"$OUT/bench.err"
+  echo "bench rc=$?" | tee -a "$OUT/summary.txt"
+  cat "$OUT/bench.md"
+  tail -3 "$OUT/bench.err"
+fi
