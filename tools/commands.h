@@ -1,0 +1,40 @@
+// The subcommands of the a4w4 tool; each adds itself to the application and runs from its
+// callback, reporting failures by throwing cli::Failure.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace a4w4::cli {
+
+// --threads N, shared by the commands that compute.
+inline CLI::Option* add_threads_option(CLI::App& command, int& threads) {
+  return command
+      .add_option("--threads", threads, "CPU threads for the library (0: one per hardware thread)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+// An option taking one of a few names (any case) that stores the value paired with the name.
+template <typename T>
+CLI::Option* add_choice_option(CLI::App& command, const std::string& name, T& target,
+                               std::vector<std::pair<std::string, T>> choices,
+                               const std::string& description) {
+  std::vector<std::string> names;
+  for (const auto& choice : choices) names.push_back(choice.first);
+  auto store = [&target, choices](const std::string& given) {
+    for (const auto& [choice_name, value] : choices)
+      if (CLI::detail::to_lower(given) == choice_name) target = value;
+  };
+  return command.add_option_function<std::string>(name, store, description)
+      ->check(CLI::IsMember(names, CLI::ignore_case));
+}
+
+void add_info_command(CLI::App& app);
+void add_kernels_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_dequantize_command(CLI::App& app);
+void add_gemm_command(CLI::App& app);
+
+}  // namespace a4w4::cli
