@@ -68,6 +68,10 @@ libs=$(pkg-config --libs a4w4) || fail "pkg-config --libs a4w4"
 echo "pkg-config: cflags '$cflags' libs '$libs'"
 # The flags must lead to this prefix: a .pc file that names the configure-time prefix breaks
 # `cmake --install --prefix` (and the README's install instructions).
+# PACKAGING BUG exposed here (as of this writing): cmake/a4w4.pc.in has
+# `prefix=@CMAKE_INSTALL_PREFIX@`, so an install with --prefix DIR yields -I/usr/local/include
+# -L/usr/local/lib. Fix: make the .pc relocatable, e.g. `prefix=${pcfiledir}/<relative path from
+# the pkgconfig dir to the prefix>` (`${pcfiledir}/../..` for lib/pkgconfig).
 real_libdir=$(realpath -m "$libdir")
 real_include=$(realpath -m "$prefix/include")
 lib_ok=0 include_ok=0
