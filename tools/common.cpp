@@ -25,7 +25,6 @@ Context::~Context() {
 }
 
 void Context::set_num_threads(int threads) {
-  if (threads < 0) fail("--threads: expected 0 (automatic) or a positive count, got {}", threads);
   check(a4w4_context_set_num_threads(context_, threads), "--threads");
 }
 
