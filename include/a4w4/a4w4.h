@@ -28,6 +28,14 @@
 #define A4W4_API
 #endif
 
+/* Public enums have int as their underlying type in C++ too, so any int a C caller passes is a
+   valid value to check (and reject), never undefined behaviour. */
+#ifdef __cplusplus
+#define A4W4_ENUM(name) enum name : int
+#else
+#define A4W4_ENUM(name) enum name
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -51,7 +59,7 @@ A4W4_API const char* a4w4_version_string(void);
 /* Status codes and error messages                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
-typedef enum a4w4_status {
+typedef A4W4_ENUM(a4w4_status) {
   A4W4_SUCCESS = 0,
   /* A null pointer, an out-of-range enum, a bad rank, a negative or overlapping stride, an
      options struct of the wrong size, outputs that overlap inputs. */
@@ -100,7 +108,7 @@ A4W4_API const char* a4w4_last_error_message(void);
 
 /* Element types. Value 0 is deliberately invalid so a zero-initialised descriptor is rejected.
    DLPack (v1.1) equivalents, as (code, bits, lanes):                                          */
-typedef enum a4w4_dtype {
+typedef A4W4_ENUM(a4w4_dtype) {
   A4W4_DTYPE_E2M1 = 1, /* packed FP4 E2M1, two per byte, element 2i in the low nibble:
                           DLPack (kDLFloat4_e2m1fn = 17, 4, 1) */
   A4W4_DTYPE_E8M0 = 2, /* UE8M0 power-of-two scale, 0xFF = NaN: (kDLFloat8_e8m0fnu = 14, 8, 1) */
@@ -119,7 +127,7 @@ A4W4_API a4w4_status a4w4_dtype_to_dlpack(a4w4_dtype dtype, uint8_t* code, uint8
 A4W4_API a4w4_status a4w4_dtype_from_dlpack(uint8_t code, uint8_t bits, a4w4_dtype* dtype);
 
 /* Device types use DLPack's numbering. */
-typedef enum a4w4_device_type {
+typedef A4W4_ENUM(a4w4_device_type) {
   A4W4_DEVICE_CPU = 1, /* kDLCPU */
   A4W4_DEVICE_CUDA = 2 /* kDLCUDA: device memory of one GPU, ordinal = CUDA device index */
 } a4w4_device_type;
@@ -132,7 +140,7 @@ typedef struct a4w4_device {
 /* Memory layouts of a tensor's data. Plain is strided row-major as the shape/strides describe.
    Other values name layouts produced by a4w4 itself (e.g. pre-shuffled weights), versioned so a
    plain tensor is never taken for a prepared one, nor the reverse. */
-typedef enum a4w4_layout {
+typedef A4W4_ENUM(a4w4_layout) {
   A4W4_LAYOUT_PLAIN = 0,
   /* A GEMM weight (B, [N, K] E2M1) or its scales ([N, K/32] E8M0) as rearranged by
      a4w4_prepare_weight, version 1: tiles of 16 rows x 128 K laid out in the order the CUDA decode
@@ -203,7 +211,7 @@ static inline a4w4_device a4w4_cuda(int32_t ordinal) {
 /* Backends and probes                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
-typedef enum a4w4_backend {
+typedef A4W4_ENUM(a4w4_backend) {
   A4W4_BACKEND_AUTO = 0, /* follow the tensors' device */
   A4W4_BACKEND_CPU = 1,
   A4W4_BACKEND_CUDA = 2
@@ -251,7 +259,7 @@ A4W4_API a4w4_status a4w4_context_get_num_threads(a4w4_context ctx, int* num_thr
 
 /* How the per-block scale exponent is chosen from the block's absolute maximum amax = m * 2^E,
    m in [1, 2). See docs/semantics.md. */
-typedef enum a4w4_scale_mode {
+typedef A4W4_ENUM(a4w4_scale_mode) {
   A4W4_SCALE_FLOOR = 0, /* e = E - 2 (OCP v1.0 recommendation); may saturate */
   A4W4_SCALE_RCEIL = 1, /* smallest e with amax <= 6 * 2^e; never saturates */
   A4W4_SCALE_EVEN = 2   /* e = E - 2 + (m >= 1.75) */
@@ -274,7 +282,7 @@ A4W4_API a4w4_status a4w4_dequantize(a4w4_context ctx, const a4w4_tensor* q,
 /* GEMM                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-typedef enum a4w4_math_mode {
+typedef A4W4_ENUM(a4w4_math_mode) {
   /* The contract: in-block sums exact, block partials accumulated in fp32 or better. */
   A4W4_MATH_EXACT = 0,
   /* Opt-in: tensor cores may accumulate inside a K tile of at most 128 with less than fp32

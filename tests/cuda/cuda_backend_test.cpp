@@ -243,7 +243,9 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   }
   EXPECT_EQ(pad_written, 0) << "the GPU wrote outside D's columns";
   EXPECT_EQ(mismatches, 0);
-  if (ref2 > 0) EXPECT_LE(std::sqrt(diff2 / ref2), 1e-6);
+  if (ref2 > 0) {
+    EXPECT_LE(std::sqrt(diff2 / ref2), 1e-6);
+  }
 }
 
 TEST_F(CudaBackend, GemmMatchesReferenceAcrossShapesAndEpilogues) {
