@@ -36,5 +36,6 @@ void add_kernels_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_dequantize_command(CLI::App& app);
 void add_gemm_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace a4w4::cli

@@ -29,12 +29,14 @@ std::unique_ptr<DeviceMemory> make_device_memory(a4w4_backend backend) {
   int devices = 0;
   const a4w4_status status = a4w4_device_count(A4W4_BACKEND_CUDA, &devices);
   if (status != A4W4_SUCCESS)
-    fail("--backend cuda: the cuda backend is not available in this tool yet: {} ({})",
-         a4w4_status_string(status), a4w4_last_error_message());
-  fail(
-      "--backend cuda: the cuda backend is not available in this tool yet: liba4w4 sees {} CUDA "
-      "device(s), but the tool cannot place operands in GPU memory yet",
-      devices);
+    fail("--backend cuda: the cuda backend is not available: {} ({})", a4w4_status_string(status),
+         a4w4_last_error_message());
+#if A4W4_CLI_CUDA
+  return make_cuda_memory(0);
+#else
+  fail("--backend cuda: liba4w4 sees {} CUDA device(s), but this tool was built without CUDA",
+       devices);
+#endif
 }
 
 }  // namespace a4w4::cli

@@ -1,9 +1,6 @@
 // Where the GEMM operands live while the library works on them.
 //
-// On the CPU that is the host buffers themselves. A CUDA implementation (cudaMalloc + cudaMemcpy
-// in upload/output/download, a stream, cudaStreamSynchronize for timing) plugs in behind this
-// interface once the tool links the CUDA runtime; until then make_device_memory() explains why the
-// cuda backend cannot be used from the tool.
+// On the CPU that is the host buffers themselves; on a GPU, device copies (device_memory_cuda.cpp).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +27,11 @@ class DeviceMemory {
   virtual void synchronize() {}
 };
 
-// Memory for backend cpu; for cuda, a Failure saying why it is not available in this tool.
+// Memory for backend cpu, or for cuda (device 0) where the library has a usable GPU; otherwise a
+// Failure saying why not (not compiled in, no device).
 std::unique_ptr<DeviceMemory> make_device_memory(a4w4_backend backend);
+
+// GPU memory on device `ordinal` (device_memory_cuda.cpp, in builds with CUDA).
+std::unique_ptr<DeviceMemory> make_cuda_memory(int ordinal);
 
 }  // namespace a4w4::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   a4w4::cli::add_quantize_command(app);
   a4w4::cli::add_dequantize_command(app);
   a4w4::cli::add_gemm_command(app);
+  a4w4::cli::add_bench_command(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,201 @@
+// `a4w4 bench`: a shape list (a preset or a file) on a backend, as a table. On CUDA it runs
+// cuBLAS bf16 and cuBLASLt fp8 (per-tensor) on the same shapes in the same process (bench/
+// gpu_bench.cpp); on the CPU it times a4w4 alone (the OpenBLAS comparison is the Google Benchmark
+// program bench/cpu_bench).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "a4w4/a4w4.h"
+#include "commands.h"
+#include "common.h"
+#include "shapes.h"
+#if A4W4_CLI_CUDA
+#include "gpu_bench.h"
+#endif
+
+namespace a4w4::cli {
+namespace {
+
+struct BenchSettings {
+  std::string preset;
+  std::string shapes_file;
+  std::vector<int64_t> ms;
+  a4w4_backend backend = A4W4_BACKEND_CUDA;
+  int samples = 30;
+  bool baselines = true;
+  bool plain = true;
+  bool quantize = false;
+  std::string kernel;
+  int split_k = 0;
+  int threads = 0;
+  std::string out_dtype = "bf16";
+};
+
+// A progress bar on a terminal; one line per step otherwise (logs stay readable).
+void show_progress(size_t done, size_t total, const std::string& label) {
+  const bool tty = isatty(fileno(stderr));
+  if (!tty) {
+    if (done < total) fmt::print(stderr, "[{}/{}] {}\n", done + 1, total, label);
+    return;
+  }
+  constexpr int kWidth = 30;
+  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+  fmt::print(stderr, "\r[{}{}] {}/{} {:<40}", std::string(filled, '#'),
+             std::string(kWidth - filled, '.'), done, total, label.substr(0, 40));
+  if (done == total) fmt::print(stderr, "\n");
+  std::fflush(stderr);
+}
+
+std::vector<bench::Shape> selected_shapes(const BenchSettings& s) {
+  try {
+    if (!s.shapes_file.empty()) {
+      std::vector<bench::Shape> shapes = bench::load_shape_file(s.shapes_file);
+      if (!s.ms.empty()) {
+        std::vector<bench::Shape> expanded;
+        for (int64_t m : s.ms)
+          for (bench::Shape shape : shapes) {
+            shape.m = m;
+            expanded.push_back(shape);
+          }
+        shapes = expanded;
+      }
+      return shapes;
+    }
+    return bench::preset(s.preset.empty() ? "targets" : s.preset, s.ms);
+  } catch (const std::exception& e) {
+    fail("{}", e.what());
+  }
+}
+
+// CPU: median wall time of a4w4_gemm over `samples` calls after a warm-up, on random operands.
+void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shapes) {
+  Context context;
+  context.set_num_threads(s.threads);
+  std::mt19937_64 rng(1);
+  fmt::print("| M×N×K | label | a4w4 cpu µs | TFLOP/s | GB/s |\n|---|---|---|---|---|\n");
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const bench::Shape& shape = shapes[i];
+    show_progress(i, shapes.size(), fmt::format("{}x{}x{}", shape.m, shape.n, shape.k));
+    std::vector<uint8_t> a(shape.m * shape.k / 2), as(shape.m * shape.k / 32);
+    std::vector<uint8_t> b(shape.n * shape.k / 2), bs(shape.n * shape.k / 32);
+    std::vector<float> d(shape.m * shape.n);
+    for (auto& v : a) v = static_cast<uint8_t>(rng());
+    for (auto& v : b) v = static_cast<uint8_t>(rng());
+    for (auto& v : as) v = static_cast<uint8_t>(120 + rng() % 16);
+    for (auto& v : bs) v = static_cast<uint8_t>(120 + rng() % 16);
+    const a4w4_device cpu = a4w4_cpu();
+    const a4w4_tensor ta = a4w4_tensor_2d(a.data(), A4W4_DTYPE_E2M1, shape.m, shape.k, shape.k, cpu);
+    const a4w4_tensor tas =
+        a4w4_tensor_2d(as.data(), A4W4_DTYPE_E8M0, shape.m, shape.k / 32, shape.k / 32, cpu);
+    const a4w4_tensor tb = a4w4_tensor_2d(b.data(), A4W4_DTYPE_E2M1, shape.n, shape.k, shape.k, cpu);
+    const a4w4_tensor tbs =
+        a4w4_tensor_2d(bs.data(), A4W4_DTYPE_E8M0, shape.n, shape.k / 32, shape.k / 32, cpu);
+    const a4w4_tensor td = a4w4_tensor_2d(d.data(), A4W4_DTYPE_F32, shape.m, shape.n, shape.n, cpu);
+    a4w4_gemm_options options;
+    a4w4_gemm_options_init(&options);
+    options.split_k = s.split_k;
+    options.kernel = s.kernel.empty() ? nullptr : s.kernel.c_str();
+    auto call = [&] {
+      check(a4w4_gemm(context.get(), &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options,
+                      nullptr),
+            "a4w4_gemm");
+    };
+    call();
+    std::vector<double> us;
+    for (int r = 0; r < s.samples; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      call();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                             start)
+                       .count());
+    }
+    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+    const double median = us[us.size() / 2];
+    const double bytes = (shape.m + shape.n) * (shape.k / 2.0 + shape.k / 32.0) +
+                         4.0 * shape.m * shape.n;
+    fmt::print("| {}×{}×{} | {} | {:.1f} | {:.3f} | {:.1f} |\n", shape.m, shape.n, shape.k,
+               shape.label, median, 2.0 * shape.m * shape.n * shape.k / median / 1e6,
+               bytes / median / 1e3);
+  }
+  show_progress(shapes.size(), shapes.size(), "done");
+}
+
+void run_bench(const BenchSettings& s) {
+  const std::vector<bench::Shape> shapes = selected_shapes(s);
+  if (s.backend == A4W4_BACKEND_CPU) return run_cpu_bench(s, shapes);
+  int devices = 0;
+  const a4w4_status status = a4w4_device_count(A4W4_BACKEND_CUDA, &devices);
+  if (status != A4W4_SUCCESS)
+    fail("--backend cuda: {} ({})", a4w4_status_string(status), a4w4_last_error_message());
+#if A4W4_CLI_CUDA
+  bench::GpuBenchOptions options;
+  options.samples = s.samples;
+  options.baselines = s.baselines;
+  options.plain_weights = s.plain;
+  options.kernel = s.kernel;
+  options.split_k = s.split_k;
+  options.out_dtype = s.out_dtype;
+  try {
+    fmt::print(stderr, "measuring the device-to-device copy bandwidth...\n");
+    const bench::GpuDeviceFacts facts = bench::measure_device(options);
+    const auto rows = bench::run_gpu_gemm_bench(shapes, options, facts, show_progress);
+    fmt::print("device: {} (L2 {:.0f} MiB), copy bandwidth {:.0f} GB/s (bytes read + written); "
+               "D in {}; median of {} graph replays per figure\n\n",
+               facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype, s.samples);
+    fmt::print("{}", bench::format_gemm_table(rows, facts));
+    if (s.quantize) {
+      std::vector<bench::QuantizeBenchRow> q = {
+          bench::run_gpu_quantize_bench(8192, 8192, options, facts)};
+      fmt::print("\n{}", bench::format_quantize_table(q, facts));
+    }
+  } catch (const Failure&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("bench: {}", e.what());
+  }
+#else
+  fail("--backend cuda: liba4w4 sees {} CUDA device(s), but this tool was built without CUDA",
+       devices);
+#endif
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto settings = std::make_shared<BenchSettings>();
+  CLI::App* command = app.add_subcommand(
+      "bench", "Time a4w4 on a list of GEMM shapes, side by side with cuBLAS on a GPU");
+  std::vector<std::string> presets = bench::preset_names();
+  command->add_option("--preset", settings->preset, "Built-in shape list (default: targets)")
+      ->check(CLI::IsMember(presets));
+  command->add_option("--shapes", settings->shapes_file,
+                      "Shape file: one 'M N K [label]' or 'MxNxK [label]' per line")
+      ->check(CLI::ExistingFile);
+  command->add_option("-m", settings->ms, "Replace the M values of the shapes (a list)")
+      ->check(CLI::PositiveNumber)
+      ->delimiter(',');
+  add_choice_option<a4w4_backend>(*command, "--backend", settings->backend,
+                                  {{"cuda", A4W4_BACKEND_CUDA}, {"cpu", A4W4_BACKEND_CPU}},
+                                  "Backend to time (default cuda)");
+  command->add_option("--samples", settings->samples, "Timed repetitions; the median is reported")
+      ->check(CLI::Range(3, 10000));
+  command->add_flag("!--no-baselines", settings->baselines, "Skip the cuBLAS baselines");
+  command->add_flag("!--no-plain", settings->plain, "Skip timing a4w4 on a plain (unprepared) B");
+  command->add_flag("--quantize", settings->quantize, "Also time quantizing 8192x8192 bf16");
+  command->add_option("--kernel", settings->kernel, "Run this registered kernel (a4w4 kernels)");
+  command->add_option("--split-k", settings->split_k, "Split K into N partitions (0: automatic)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--out-dtype", settings->out_dtype, "D's dtype")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+  add_threads_option(*command, settings->threads);
+  command->callback([settings] { run_bench(*settings); });
+}
+
+}  // namespace a4w4::cli
