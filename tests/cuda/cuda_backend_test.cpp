@@ -145,7 +145,8 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   options.beta = c.with_c ? -1.5f : 0.0f;
   options.split_k = c.split_k;
 
-  // CPU reference.
+  // CPU reference (named, so a faster CPU kernel never stands in for the oracle).
+  options.kernel = "cpu.reference";
   const size_t d_bytes = static_cast<size_t>(c.m * d_stride) * dtype_size(c.out);
   std::vector<uint8_t> d_cpu(d_bytes, 0xCD);
   a4w4_tensor ta = tensor((void*)a.data.data(), A4W4_DTYPE_E2M1, c.m, c.k, a.stride, cpu);
