@@ -29,6 +29,7 @@ struct GpuBenchRow {
   double bytes = 0, flops = 0;
   double floor_us = 0;  // max(bytes / 4.8 TB/s, flops / 1979 TFLOP/s): shared/docs/targets.md
   std::string kernel;   // what dispatch ran (or the one asked for)
+  std::string notes;    // baselines that could not run
 };
 
 struct GpuDeviceFacts {

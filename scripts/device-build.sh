@@ -8,6 +8,9 @@ grep -qx '/build-dev/' .git/info/exclude 2>/dev/null || true
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DA4W4_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a-real -DA4W4_WERROR=ON >/dev/null
 cmake --build build-dev -j"$(nproc)"
+# The CTest files of gtest_discover_tests include this CMake module by absolute path.
+mkdir -p build-dev/cmake-modules
+cp "$(ls -d /usr/share/cmake-*/Modules/GoogleTestAddTests.cmake | head -1)" build-dev/cmake-modules/
 mkdir -p build-dev/runtime-libs
 cp -L "$(g++ -print-file-name=libgomp.so.1)" build-dev/runtime-libs/
 du -sh build-dev

@@ -16,6 +16,13 @@ log() { echo "=== $* ===" | tee -a "$OUT/summary.txt"; }
 
 # The carried build's CTest files name this machine's paths: make the same path exist there.
 if [[ ! -e /work/main && -d $BUILD ]]; then mkdir -p /work && ln -s "$repo" /work/main; fi
+# ... and the CMake module those CTest files include, at this machine's path.
+for module in "$BUILD"/cmake-modules/*.cmake; do
+  [[ -e $module ]] || continue
+  target=$(grep -ho '/usr/share/cmake-[0-9.]*/Modules/GoogleTestAddTests.cmake' \
+    "$BUILD"/tests/cuda/*include.cmake 2>/dev/null | head -1)
+  [[ -n $target && ! -e $target ]] && mkdir -p "$(dirname "$target")" && cp "$module" "$target"
+done
 export LD_LIBRARY_PATH="$repo/$BUILD/runtime-libs:${LD_LIBRARY_PATH:-}"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu \

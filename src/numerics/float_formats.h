@@ -9,6 +9,12 @@
 
 namespace a4w4::numerics {
 
+// Every NaN a4w4 writes is the positive quiet NaN of its dtype, on every backend, so outputs are
+// bit-comparable across backends (NaN payloads and signs are not part of the contract).
+inline constexpr uint32_t kCanonicalNanF32 = 0x7FC00000u;
+inline constexpr uint16_t kCanonicalNanBf16 = 0x7FC0u;
+inline constexpr uint16_t kCanonicalNanFp16 = 0x7E00u;
+
 inline float bf16_bits_to_float(uint16_t bits) {
   return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
@@ -42,7 +48,7 @@ inline float round_to_float(double x) { return static_cast<float>(x); }  // RNE 
 inline uint16_t float_to_bf16_bits(float exact) {
   // `exact` must already be representable in bf16 (or NaN/Inf): keep the top half.
   const uint32_t bits = std::bit_cast<uint32_t>(exact);
-  if (std::isnan(exact)) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // stay quiet NaN
+  if (std::isnan(exact)) return kCanonicalNanBf16;
   return static_cast<uint16_t>(bits >> 16);
 }
 
@@ -52,7 +58,7 @@ inline uint16_t round_to_bf16_bits(double x) {
 
 inline uint16_t round_to_fp16_bits(double x) {
   const uint16_t sign = std::signbit(x) ? 0x8000u : 0u;
-  if (std::isnan(x)) return static_cast<uint16_t>(0x7E00u | sign);
+  if (std::isnan(x)) return kCanonicalNanFp16;
   const double r = std::fabs(round_to_format(x, 11, -14, 65504.0));
   if (std::isinf(r)) return static_cast<uint16_t>(sign | 0x7C00u);
   if (r == 0.0) return sign;
@@ -93,7 +99,8 @@ inline void store_rounded(a4w4_dtype dtype, void* base, int64_t index, double va
       static_cast<uint16_t*>(base)[index] = round_to_fp16_bits(value);
       break;
     default:
-      static_cast<float*>(base)[index] = static_cast<float>(value);
+      static_cast<float*>(base)[index] =
+          std::isnan(value) ? std::bit_cast<float>(kCanonicalNanF32) : static_cast<float>(value);
       break;
   }
 }

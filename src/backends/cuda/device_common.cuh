@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "dispatch/problem.h"
+#include "numerics/float_formats.h"
 
 namespace a4w4::cuda {
 
@@ -65,15 +66,25 @@ __device__ __forceinline__ float load_float(a4w4_dtype dtype, const void* base, 
 }
 
 // Rounds once, to nearest even: fp32 directly; bf16 and fp16 through a float rounded to odd,
-// which has enough extra bits (24 vs 8 or 11) for the second rounding to be exact.
+// which has enough extra bits (24 vs 8 or 11) for the second rounding to be exact. NaN is written
+// as the canonical quiet NaN of the dtype, as on the CPU (numerics/float_formats.h).
 __device__ __forceinline__ void store_rounded(a4w4_dtype dtype, void* base, int64_t index,
                                               double value) {
+  if (isnan(value)) {
+    if (dtype == A4W4_DTYPE_F32) {
+      static_cast<uint32_t*>(base)[index] = numerics::kCanonicalNanF32;
+    } else {
+      static_cast<uint16_t*>(base)[index] =
+          dtype == A4W4_DTYPE_BF16 ? numerics::kCanonicalNanBf16 : numerics::kCanonicalNanFp16;
+    }
+    return;
+  }
   if (dtype == A4W4_DTYPE_F32) {
     static_cast<float*>(base)[index] = __double2float_rn(value);
     return;
   }
   float odd = __double2float_rz(value);
-  if (static_cast<double>(odd) != value && !isnan(value)) odd = __uint_as_float(__float_as_uint(odd) | 1u);
+  if (static_cast<double>(odd) != value) odd = __uint_as_float(__float_as_uint(odd) | 1u);
   if (dtype == A4W4_DTYPE_BF16) {
     static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(odd);
   } else {
