@@ -50,16 +50,17 @@ A4W4_HOST_DEVICE int leading_zeros(uint32_t x) {
 }
 
 // Rounds |x| (already divided by the block scale) to the nearest E2M1 magnitude code, ties to the
-// even code, saturating above 6. The comparisons are the midpoints between grid values.
+// even code, saturating above 6. Doubled, the grid is {0, 1, 2, 3, 4, 6, 8, 12}: integers spaced
+// 2^s apart with s = 0 up to 4, 1 up to 8 and 2 beyond, and code = y / 2^s + 2s on it. So the
+// rounding is one round-to-integer (ties to even, which is the even code) of y / 2^s, done by
+// adding 1.5 * 2^23; every step before it is exact. Branch-free, for the quantizer kernels.
 A4W4_HOST_DEVICE uint8_t e2m1_magnitude_code(float magnitude) {
-  if (magnitude <= 0.25f) return 0;
-  if (magnitude < 0.75f) return 1;
-  if (magnitude <= 1.25f) return 2;
-  if (magnitude < 1.75f) return 3;
-  if (magnitude <= 2.5f) return 4;
-  if (magnitude < 3.5f) return 5;
-  if (magnitude <= 5.0f) return 6;
-  return 7;
+  const float y = magnitude * 2.0f;
+  const int s = (y > 4.0f ? 1 : 0) + (y > 8.0f ? 1 : 0);
+  const float scaled = y * (s == 0 ? 1.0f : (s == 1 ? 0.5f : 0.25f));
+  const uint32_t rounded = float_bits(scaled + 12582912.0f) - 0x4B400000u;  // exact integer
+  const uint32_t code = rounded + 2u * static_cast<uint32_t>(s);
+  return static_cast<uint8_t>(code > 7u ? 7u : code);
 }
 
 // Round-to-nearest-even encoding of a finite value; the sign is kept (so -0.1 gives 0x8).

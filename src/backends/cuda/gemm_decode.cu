@@ -16,6 +16,8 @@
 // plain B, lanes load whole blocks with 16-byte loads and swap words with a 4x4 shuffle transpose.
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -97,33 +99,66 @@ __device__ __forceinline__ void load_weight_tile(const GemmProblem& p, int64_t r
   }
 }
 
-// Decodes activation rows [0, 8 * kNTiles) of blocks [block0, block0 + 16) into shared memory
-// (rows >= M and blocks >= K/32 become zeros) with their scale bytes.
+// The activations of one chunk (rows [0, 8 * kNTiles), blocks [block0, block0 + 16)) held in
+// registers between their loads and their decode into shared memory, so the loads of chunk i + 1
+// are in flight while chunk i is multiplied. Thread t owns blocks u = t + 128 i (row u / 16,
+// block u % 16): 16 packed bytes each, plus, for t < rows, the row's 16 scale bytes.
 template <int kNTiles>
-__device__ __forceinline__ void stage_activations(const GemmProblem& p, int64_t block0,
-                                                  int64_t blocks, int8_t* act, uint8_t* act_scale) {
-  constexpr int kRows = 8 * kNTiles;
-  const bool word_loads = (reinterpret_cast<uintptr_t>(p.a.data) % 4 == 0) && (p.a.stride_bytes % 4 == 0);
-  for (int i = threadIdx.x; i < kRows * kChunkBlocks * 4; i += kThreads) {
-    const int row = i / (kChunkBlocks * 4), word = i % (kChunkBlocks * 4);  // 4 words per block
-    const int64_t byte = block0 * 16 + word * 4;
-    uint32_t packed = 0;
-    if (row < p.m && byte < p.k / 2) {
-      const uint8_t* src = p.a.data + row * p.a.stride_bytes + byte;
-      if (word_loads) {
-        packed = *reinterpret_cast<const uint32_t*>(src);
+struct ActivationChunk {
+  uint4 blocks[kNTiles];
+  uint4 scales;
+};
+
+template <int kNTiles>
+__device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t block0,
+                                                 int64_t blocks, bool vector_loads,
+                                                 ActivationChunk<kNTiles>& out) {
+#pragma unroll
+  for (int i = 0; i < kNTiles; ++i) {
+    const int u = threadIdx.x + kThreads * i, row = u / kChunkBlocks;
+    const int64_t block = block0 + u % kChunkBlocks;
+    uint4 v = {0, 0, 0, 0};
+    if (row < p.m && block < blocks) {
+      const uint8_t* src = p.a.data + row * p.a.stride_bytes + block * 16;
+      if (vector_loads) {
+        v = __ldg(reinterpret_cast<const uint4*>(src));
       } else {
-        packed = src[0] | (src[1] << 8) | (src[2] << 16) | (static_cast<uint32_t>(src[3]) << 24);
+        uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int b = 0; b < 16; ++b) w[b / 4] |= static_cast<uint32_t>(src[b]) << (8 * (b % 4));
+        v = make_uint4(w[0], w[1], w[2], w[3]);
       }
     }
-    *reinterpret_cast<uint2*>(act + row * kActRowBytes + word * 8) =
-        make_uint2(e2m1x4_to_s8x4(packed & 0xFFFFu), e2m1x4_to_s8x4(packed >> 16));
+    out.blocks[i] = v;
   }
-  for (int i = threadIdx.x; i < kRows * kChunkBlocks; i += kThreads) {
-    const int row = i / kChunkBlocks, j = i % kChunkBlocks;
-    const int64_t block = block0 + j;
-    act_scale[i] = (row < p.m && block < blocks) ? p.a.scale[row * p.a.scale_stride + block] : 0;
+  uint32_t w[4] = {0, 0, 0, 0};
+  const int row = threadIdx.x;
+  if (row < 8 * kNTiles && row < p.m) {
+#pragma unroll
+    for (int b = 0; b < kChunkBlocks; ++b)
+      if (block0 + b < blocks)
+        w[b / 4] |= static_cast<uint32_t>(p.a.scale[row * p.a.scale_stride + block0 + b])
+                    << (8 * (b % 4));
   }
+  out.scales = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Decodes a chunk to 2*E2M1 int8 in shared memory (element order unchanged) with its scales.
+template <int kNTiles>
+__device__ __forceinline__ void store_activations(const ActivationChunk<kNTiles>& chunk,
+                                                  int8_t* act, uint8_t* act_scale) {
+#pragma unroll
+  for (int i = 0; i < kNTiles; ++i) {
+    const int u = threadIdx.x + kThreads * i, row = u / kChunkBlocks, block = u % kChunkBlocks;
+    const uint4 v = chunk.blocks[i];
+    uint4* dst = reinterpret_cast<uint4*>(act + row * kActRowBytes + block * 32);
+    dst[0] = make_uint4(e2m1x4_to_s8x4(v.x & 0xFFFFu), e2m1x4_to_s8x4(v.x >> 16),
+                        e2m1x4_to_s8x4(v.y & 0xFFFFu), e2m1x4_to_s8x4(v.y >> 16));
+    dst[1] = make_uint4(e2m1x4_to_s8x4(v.z & 0xFFFFu), e2m1x4_to_s8x4(v.z >> 16),
+                        e2m1x4_to_s8x4(v.w & 0xFFFFu), e2m1x4_to_s8x4(v.w >> 16));
+  }
+  if (threadIdx.x < 8 * kNTiles)
+    *reinterpret_cast<uint4*>(act_scale + threadIdx.x * kChunkBlocks) = chunk.scales;
 }
 
 template <int kNTiles, bool kPrepared>
@@ -131,9 +166,12 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   constexpr int kRows = 8 * kNTiles;
+  constexpr int kStageBytes = kRows * (kActRowBytes + kChunkBlocks);
   extern __shared__ __align__(16) uint8_t smem[];
-  int8_t* act = reinterpret_cast<int8_t*>(smem);
-  uint8_t* act_scale = smem + kRows * kActRowBytes;
+  // Two stages of decoded activations: chunk i is read from one while chunk i + 1 is written to
+  // the other, so one barrier per chunk suffices.
+  int8_t* act[2] = {reinterpret_cast<int8_t*>(smem), reinterpret_cast<int8_t*>(smem + kStageBytes)};
+  uint8_t* act_scale[2] = {smem + kRows * kActRowBytes, smem + kStageBytes + kRows * kActRowBytes};
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = int64_t{blockIdx.x} * kRowsPerCta + warp * 16;  // this warp's weight rows
@@ -142,56 +180,72 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   const int split = blockIdx.y;
   const int64_t block_begin = split * blocks / splits, block_end = (split + 1) * blocks / splits;
   const int64_t tile_begin = block_begin / 4, tile_end = (block_end + 3) / 4;
+  const bool vector_a = reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
 
   double acc[kNTiles][4] = {};
-  WeightTile current[kChunkTiles] = {}, next[kChunkTiles] = {};
-  auto load_chunk = [&](int64_t first_tile, WeightTile(&into)[kChunkTiles]) {
+  WeightTile weights[2][kChunkTiles] = {};
+  ActivationChunk<kNTiles> next_act;
+  auto load_weights = [&](int64_t first_tile, WeightTile(&into)[kChunkTiles]) {
 #pragma unroll
     for (int c = 0; c < kChunkTiles; ++c)
       if (warp_has_rows && first_tile + c < tile_end)
         load_weight_tile<kPrepared>(p, row0, first_tile + c, k_tiles, blocks, lane, into[c]);
   };
-  load_chunk(tile_begin, current);
-
-  for (int64_t chunk = tile_begin; chunk < tile_end; chunk += kChunkTiles) {
-    if (chunk + kChunkTiles < tile_end) load_chunk(chunk + kChunkTiles, next);
-    stage_activations<kNTiles>(p, chunk * 4, blocks, act, act_scale);
-    __syncthreads();
-    if (warp_has_rows) {
+  auto multiply = [&](int64_t chunk, const WeightTile(&current)[kChunkTiles], const int8_t* a_tile,
+                      const uint8_t* a_scale) {
+    if (!warp_has_rows) return;
 #pragma unroll
-      for (int c = 0; c < kChunkTiles; ++c) {
+    for (int c = 0; c < kChunkTiles; ++c) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int64_t block = (chunk + c) * 4 + j;
-          if (block < block_begin || block >= block_end) continue;  // warp-uniform
-          const WeightTile& w = current[c];
-          const uint32_t a[4] = {e2m1x4_to_s8x4(w.words[0][j] & 0xFFFFu),
-                                 e2m1x4_to_s8x4(w.words[1][j] & 0xFFFFu),
-                                 e2m1x4_to_s8x4(w.words[0][j] >> 16),
-                                 e2m1x4_to_s8x4(w.words[1][j] >> 16)};
-          const uint32_t sb0 = (w.scale[0] >> (8 * j)) & 0xFFu, sb1 = (w.scale[1] >> (8 * j)) & 0xFFu;
-          const int local_block = c * 4 + j;
+      for (int j = 0; j < 4; ++j) {
+        const int64_t block = (chunk + c) * 4 + j;
+        if (block < block_begin || block >= block_end) continue;  // warp-uniform
+        const WeightTile& w = current[c];
+        const uint32_t a[4] = {e2m1x4_to_s8x4(w.words[0][j] & 0xFFFFu),
+                               e2m1x4_to_s8x4(w.words[1][j] & 0xFFFFu),
+                               e2m1x4_to_s8x4(w.words[0][j] >> 16),
+                               e2m1x4_to_s8x4(w.words[1][j] >> 16)};
+        const uint32_t sb0 = (w.scale[0] >> (8 * j)) & 0xFFu, sb1 = (w.scale[1] >> (8 * j)) & 0xFFu;
+        const int local_block = c * 4 + j;
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-            const uint2 b2 = *reinterpret_cast<const uint2*>(
-                act + (nt * 8 + g) * kActRowBytes + local_block * 32 + 8 * t);
-            const uint32_t b[2] = {b2.x, b2.y};
-            int32_t isum[4];
-            mma_s8_16x8x32(isum, a, b);
-            // Accumulator i: weight row g (+8 for i >= 2), activation row 2t + (i & 1).
-            const uint32_t sa0 = act_scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
-            const uint32_t sa1 = act_scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
-            acc[nt][0] = accumulate_block(acc[nt][0], isum[0], block_scale(sa0, sb0));
-            acc[nt][1] = accumulate_block(acc[nt][1], isum[1], block_scale(sa1, sb0));
-            acc[nt][2] = accumulate_block(acc[nt][2], isum[2], block_scale(sa0, sb1));
-            acc[nt][3] = accumulate_block(acc[nt][3], isum[3], block_scale(sa1, sb1));
-          }
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          const uint2 b2 = *reinterpret_cast<const uint2*>(
+              a_tile + (nt * 8 + g) * kActRowBytes + local_block * 32 + 8 * t);
+          const uint32_t b[2] = {b2.x, b2.y};
+          int32_t isum[4];
+          mma_s8_16x8x32(isum, a, b);
+          // Accumulator i: weight row g (+8 for i >= 2), activation row 2t + (i & 1).
+          const uint32_t sa0 = a_scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
+          const uint32_t sa1 = a_scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
+          acc[nt][0] = accumulate_block(acc[nt][0], isum[0], block_scale(sa0, sb0));
+          acc[nt][1] = accumulate_block(acc[nt][1], isum[1], block_scale(sa1, sb0));
+          acc[nt][2] = accumulate_block(acc[nt][2], isum[2], block_scale(sa0, sb1));
+          acc[nt][3] = accumulate_block(acc[nt][3], isum[3], block_scale(sa1, sb1));
         }
       }
     }
+  };
+  // One pipeline step on stage P: start loading chunk + 1 (weights and activations), multiply
+  // chunk, then decode the next activations into the other stage.
+  auto step = [&](auto stage, int64_t chunk) {
+    constexpr int P = decltype(stage)::value;
+    const bool more = chunk + kChunkTiles < tile_end;
+    if (more) {
+      load_weights(chunk + kChunkTiles, weights[1 - P]);
+      load_activations<kNTiles>(p, (chunk + kChunkTiles) * 4, blocks, vector_a, next_act);
+    }
+    multiply(chunk, weights[P], act[P], act_scale[P]);
+    if (more) store_activations<kNTiles>(next_act, act[1 - P], act_scale[1 - P]);
     __syncthreads();
-#pragma unroll
-    for (int c = 0; c < kChunkTiles; ++c) current[c] = next[c];
+  };
+
+  load_weights(tile_begin, weights[0]);
+  load_activations<kNTiles>(p, tile_begin * 4, blocks, vector_a, next_act);
+  store_activations<kNTiles>(next_act, act[0], act_scale[0]);
+  __syncthreads();
+  for (int64_t chunk = tile_begin; chunk < tile_end; chunk += 2 * kChunkTiles) {
+    step(std::integral_constant<int, 0>{}, chunk);
+    if (chunk + kChunkTiles < tile_end) step(std::integral_constant<int, 1>{}, chunk + kChunkTiles);
   }
 
   if (splits > 1) {
@@ -235,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
 
 template <int kNTiles>
 size_t shared_bytes() {
-  const size_t staging = size_t{8} * kNTiles * (kActRowBytes + kChunkBlocks);
+  const size_t staging = 2 * size_t{8} * kNTiles * (kActRowBytes + kChunkBlocks);
   const size_t sums = size_t{kNTiles} * 4 * kThreads * sizeof(double);
   return staging > sums ? staging : sums;
 }
@@ -246,6 +300,10 @@ void launch(const GemmProblem& p, int splits, int64_t ctas) {
   config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits), 1);
   config.blockDim = dim3(kThreads, 1, 1);
   config.dynamicSmemBytes = shared_bytes<kNTiles>();
+  check_cuda(cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(config.dynamicSmemBytes)),
+             "cudaFuncSetAttribute(gemm_decode_kernel)");
   config.stream = static_cast<cudaStream_t>(p.stream);
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;

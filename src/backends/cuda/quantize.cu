@@ -61,27 +61,45 @@ __device__ __forceinline__ void load8(const void* base, int64_t index, bool vect
   }
 }
 
+// Each thread takes kPiecesPerThread pieces kThreads apart and issues all their loads before
+// using any, so enough bytes are in flight to keep HBM busy.
+constexpr int kPiecesPerThread = 4;
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeProblem p, bool vector_ok) {
   const int64_t pieces_per_row = p.cols / kValuesPerThread;
   const int64_t total = p.rows * pieces_per_row;
+  const int64_t first = int64_t{blockIdx.x} * kThreads * kPiecesPerThread + threadIdx.x;
   const int lane_in_block = threadIdx.x % kThreadsPerBlock32;
-  for (int64_t piece = blockIdx.x * int64_t{kThreads} + threadIdx.x; piece < total;
-       piece += int64_t{gridDim.x} * kThreads) {
-    // total is a multiple of 4, so the four threads of a block are always active together.
-    const int64_t row = piece / pieces_per_row, col = (piece % pieces_per_row) * kValuesPerThread;
-    float v[8];
-    load8<T>(p.x.data, row * p.x.stride + col, vector_ok, v);
+  float v[kPiecesPerThread][8];
+#pragma unroll
+  for (int u = 0; u < kPiecesPerThread; ++u) {
+    const int64_t piece = first + u * kThreads;
+    if (piece < total) {
+      load8<T>(p.x.data, (piece / pieces_per_row) * p.x.stride + (piece % pieces_per_row) * 8,
+               vector_ok, v[u]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[u][i] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kPiecesPerThread; ++u) {
+    // total is a multiple of 4, so the four threads of a block are in or out together; all
+    // lanes take part in the shuffles.
+    const int64_t piece = first + u * kThreads;
     uint32_t amax_bits = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) amax_bits = max(amax_bits, __float_as_uint(v[i]) & 0x7FFFFFFFu);
+    for (int i = 0; i < 8; ++i) amax_bits = max(amax_bits, __float_as_uint(v[u][i]) & 0x7FFFFFFFu);
     amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, 1));
     amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, 2));
+    if (piece >= total) continue;
+    const int64_t row = piece / pieces_per_row, col = (piece % pieces_per_row) * kValuesPerThread;
     const uint8_t scale = numerics::block_scale_byte(amax_bits, p.mode);
     uint32_t packed = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      packed |= static_cast<uint32_t>(numerics::encode_element(v[i], scale)) << (4 * i);
+      packed |= static_cast<uint32_t>(numerics::encode_element(v[u][i], scale)) << (4 * i);
     uint8_t* q = p.q + row * p.q_stride_bytes + col / 2;
     if (vector_ok) {
       *reinterpret_cast<uint32_t*>(q) = packed;
@@ -129,7 +147,11 @@ void quantize(const QuantizeProblem& p) {
   DeviceGuard guard(p.device.ordinal);
   const int elem = p.x.dtype == A4W4_DTYPE_F32 ? 4 : 2;
   const bool vector_ok = aligned(p.x.data, p.x.stride * elem, 16) && aligned(p.q, p.q_stride_bytes, 4);
-  const int grid = grid_for(p.rows * (p.cols / kValuesPerThread), p.device.ordinal);
+  const int64_t pieces = p.rows * (p.cols / kValuesPerThread);
+  const int64_t per_block = int64_t{kThreads} * kPiecesPerThread;
+  if ((pieces + per_block - 1) / per_block > 0x7FFFFFFF)
+    fail(A4W4_ERROR_INVALID_ARGUMENT, "x: too many elements for one quantize launch");
+  const int grid = static_cast<int>((pieces + per_block - 1) / per_block);
   auto stream = static_cast<cudaStream_t>(p.stream);
   switch (p.x.dtype) {
     case A4W4_DTYPE_BF16:
