@@ -3,6 +3,7 @@
 #include <array>
 
 #include "api/error.h"
+#include "backends/cpu/fast.h"
 #include "backends/cpu/reference.h"
 #include "backends/cuda/cuda_backend.h"
 
@@ -11,8 +12,15 @@ namespace {
 
 std::string always_applicable(const GemmProblem&) { return {}; }
 
-// In order of preference: dispatch takes the first one that applies.
+// In order of preference: dispatch takes the first one that applies. The fast CPU kernels come
+// before cpu.reference (the oracle, still selectable by name); they are bit-identical to it.
 constexpr std::array kGemmKernels = {
+    GemmKernel{"cpu.gemv_avx512vnni", A4W4_BACKEND_CPU, cpu::gemv_avx512_vnni_why_not,
+               cpu::gemv_avx512_vnni},
+    GemmKernel{"cpu.gemm_avx512vnni", A4W4_BACKEND_CPU, cpu::gemm_avx512_vnni_why_not,
+               cpu::gemm_avx512_vnni},
+    GemmKernel{"cpu.gemm_avx2", A4W4_BACKEND_CPU, cpu::gemm_avx2_why_not, cpu::gemm_avx2},
+    GemmKernel{"cpu.gemm_scalar", A4W4_BACKEND_CPU, always_applicable, cpu::gemm_scalar},
     GemmKernel{"cpu.reference", A4W4_BACKEND_CPU, always_applicable, cpu::reference_gemm},
 #if A4W4_WITH_CUDA
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, cuda::gemm_decode_why_not, cuda::gemm_decode},

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/cpu/epilogue.h"
 #include "backends/cpu/reference.h"
 #include "numerics/float_formats.h"
 #include "numerics/mx.h"
@@ -91,14 +92,7 @@ void reference_gemm(const GemmProblem& p, const ExecConfig& exec) {
             }
             acc += partial;
           }
-          const int64_t m = m0 + i, n = n0 + j;
-          double out = static_cast<double>(p.alpha) * acc;
-          if (p.c.data != nullptr)
-            out += static_cast<double>(p.beta) * numerics::load_float(p.c.dtype, p.c.data,
-                                                                        m * p.c.stride + n);
-          if (p.bias.data != nullptr)
-            out += numerics::load_float(p.bias.dtype, p.bias.data, n * p.bias.stride);
-          numerics::store_rounded(p.d_dtype, p.d, m * p.d_stride + n, out);
+          store_output(p, m0 + i, n0 + j, acc);
         }
       }
     }
