@@ -197,7 +197,14 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint8_t> d_gpu = gd.download<uint8_t>(d_bytes);
 
-  // Compare element by element (padding columns must be untouched too).
+  // Compare element by element (padding columns must be untouched too). cuda.generic adds the
+  // same double partials in the same order as the reference: with an explicit split_k its output
+  // must match bit for bit. cuda.decode accumulates in fp32 where the scales allow (docs/
+  // semantics.md: fp32 or better), so it is held to the contract's tolerance for the output dtype.
+  const bool generic = (c.kernel != nullptr && std::string(c.kernel) == "cuda.generic") ||
+                       (c.kernel == nullptr && c.m > 64);
+  const bool bitwise = c.split_k != 0 && generic;
+  const double tolerance = c.out == A4W4_DTYPE_F32 ? 1e-6 : (c.out == A4W4_DTYPE_BF16 ? 4e-3 : 2e-3);
   const size_t elem = dtype_size(c.out);
   int64_t mismatches = 0, pad_written = 0;
   double diff2 = 0, ref2 = 0;
@@ -238,14 +245,14 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
         diff2 += (ref - got) * (ref - got);
         ref2 += ref * ref;
       }
-      if (c.split_k != 0 && std::memcmp(&d_cpu[off], &d_gpu[off], elem) != 0 && !std::isnan(ref))
+      if (bitwise && std::memcmp(&d_cpu[off], &d_gpu[off], elem) != 0 && !std::isnan(ref))
         ++mismatches;
     }
   }
   EXPECT_EQ(pad_written, 0) << "the GPU wrote outside D's columns";
   EXPECT_EQ(mismatches, 0);
   if (ref2 > 0) {
-    EXPECT_LE(std::sqrt(diff2 / ref2), 1e-6);
+    EXPECT_LE(std::sqrt(diff2 / ref2), generic ? 1e-7 : tolerance);
   }
 }
 

@@ -23,6 +23,32 @@ __device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes) {
   return __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));
 }
 
+// Four E2M1 codes -> four FP8 e4m3 bytes of the same values (E2M1 is exact in e4m3).
+__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t codes) {
+  const uint32_t index = codes & 0x7777u;
+  const uint32_t positive = __byte_perm(0x3C383000u, 0x4C484440u, index);  // 0 .5 1 1.5 2 3 4 6
+  const uint32_t negative = positive | 0x80808080u;                        // sign bit set
+  return __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));
+}
+
+// D (4 x fp32) = A (16x32 e4m3, row) * B (32x8 e4m3, col) from a zero accumulator: one 32-wide
+// block per call. The products of two E2M1 values are multiples of 1/4 no larger than 36, so the
+// block sum (|sum| <= 1152) needs 13 significant bits: exact in the tensor core's fp8 path, which
+// keeps products within 2^13 of the largest (docs/cuda-backend.md has the measurement).
+__device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], const uint32_t (&a)[4],
+                                                 const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+#else
+  d[0] = d[1] = d[2] = d[3] = 0.0f;
+  __trap();
+#endif
+}
+
 // D (4 x int32) = A (16x32 int8, row) * B (32x8 int8, col), exact: one 32-wide block per call.
 __device__ __forceinline__ void mma_s8_16x8x32(int32_t (&d)[4], const uint32_t (&a)[4],
                                                const uint32_t (&b)[2]) {

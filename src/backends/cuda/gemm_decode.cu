@@ -6,7 +6,10 @@
 // and the activations are its B operand (8 rows per MMA, up to 64), so M = 1 wastes no weight
 // bandwidth. Each warp owns 16 weight rows; a CTA has 4 warps (64 rows) and one K partition.
 // Activations of the current 512-wide K chunk are decoded once per CTA into shared memory.
-// Exactness: every MMA is one 32-wide block in int32 (exact), block partials are added in double.
+// Exactness: every MMA is one 32-wide block from a zero accumulator (FP8 e4m3 operands, exact for
+// E2M1 values: see mma_e4m3_16x8x32). Block partials c * 2^(sa+sb-254) are accumulated in fp32
+// where every scale of the chunk keeps them inside fp32's normal range (typical data), and in
+// double otherwise (scales near the E8M0 extremes, NaN scales): fp32 or better, as the contract asks.
 // Split-K: the CTAs of one cluster take contiguous K partitions; rank 0 adds their sums in order
 // through distributed shared memory and writes D (alpha, beta*C, bias, one rounding).
 //
@@ -34,8 +37,10 @@ constexpr int kChunkBlocks = kChunkTiles * 4;     // 16 blocks = 512 elements
 constexpr int kActRowBytes = kChunkBlocks * 32 + 32;  // int8 row + padding (bank-conflict free)
 constexpr int kMaxSplits = 8;                     // portable cluster size
 
-// One K tile (4 blocks) of a lane's weight fragments: words[h][j] = 8 elements of row g + 8h,
-// block j; scale[h] = the 4 block scales of that row, byte j for block j.
+// One K tile (4 blocks) of a lane's weights as loaded. Prepared layout: words[h][j] = 8 elements
+// of row g + 8h, block j, and scale[h] = the 4 block scales of that row (byte j). Plain layout:
+// words[h][p] = piece p of block t (the lane's own block), scale[h] = that block's scale byte;
+// finish_tile() rearranges them at the point of use, so loads never wait on shuffles.
 struct WeightTile {
   uint32_t words[2][4];
   uint32_t scale[2];
@@ -81,32 +86,78 @@ __device__ __forceinline__ void load_weight_tile(const GemmProblem& p, int64_t r
     for (int h = 0; h < 2; ++h) {
       const int64_t row = row0 + g + 8 * h;
       uint4 w = {0, 0, 0, 0};
-      if (row < p.n && block < blocks)
+      uint32_t scale = 0;
+      if (row < p.n && block < blocks) {
         w = __ldg(reinterpret_cast<const uint4*>(p.b.data + row * p.b.stride_bytes + block * 16));
-      uint32_t words[4] = {w.x, w.y, w.z, w.w};
-      transpose_quad(words, t);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) out.words[h][j] = words[j];
-      uint32_t scales = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t b = k_tile * 4 + j;
-        if (row < p.n && b < blocks)
-          scales |= static_cast<uint32_t>(p.b.scale[row * p.b.scale_stride + b]) << (8 * j);
+        scale = __ldg(p.b.scale + row * p.b.scale_stride + block);
       }
-      out.scale[h] = scales;
+      out.words[h][0] = w.x, out.words[h][1] = w.y, out.words[h][2] = w.z, out.words[h][3] = w.w;
+      out.scale[h] = scale;
     }
   }
+}
+
+// Plain layout: from "my block, all pieces" to "all blocks, my piece", and the four blocks'
+// scales gathered from the quad into one word per row, like the prepared layout's.
+template <bool kPrepared>
+__device__ __forceinline__ void finish_tile(WeightTile& w, int lane) {
+  if constexpr (!kPrepared) {
+    const int t = lane % 4, quad = lane & ~3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      transpose_quad(w.words[h], t);
+      uint32_t gathered = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        gathered |= __shfl_sync(0xFFFFFFFFu, w.scale[h], quad | j) << (8 * j);
+      w.scale[h] = gathered;
+    }
+  }
+}
+
+// Byte-wise running min and max of the scale bytes in `word` whose byte lanes are set in `mask`.
+[[maybe_unused]] __device__ __forceinline__ void scale_range(uint32_t word, uint32_t valid_bytes, uint32_t& lo,
+                                            uint32_t& hi) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (!(valid_bytes & (1u << j))) continue;
+    const uint32_t s = (word >> (8 * j)) & 0xFFu;
+    lo = min(lo, s), hi = max(hi, s);
+  }
+}
+
+[[maybe_unused]] __device__ __forceinline__ void warp_range(uint32_t& lo, uint32_t& hi) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, offset));
+    hi = max(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, offset));
+  }
+}
+
+// Whether the block partials c * 2^(sa+sb-254) of a chunk can be accumulated in fp32 without
+// leaving its normal range: every scale finite and in [1, 254], the smallest nonzero partial
+// (c = 1/4) at least 2^-126 and the largest sum (2^20 blocks of |c| <= 1152) below 2^127.
+[[maybe_unused]] __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
+                                                       uint32_t b_hi) {
+  return a_lo >= 1 && b_lo >= 1 && a_hi <= 254 && b_hi <= 254 && a_lo + b_lo >= 130 &&
+         a_hi + b_hi <= 350;
+}
+
+// 2^(sa + sb - 254) as a double (the E8M0 pair's factor for an E2M1 block sum); NaN if either
+// byte is 0xFF.
+[[maybe_unused]] __device__ __forceinline__ double pair_scale(uint32_t sa, uint32_t sb) {
+  const uint32_t high = (sa == 0xFFu || sb == 0xFFu) ? 0x7FF80000u : ((sa + sb + 769u) << 20);
+  return __hiloint2double(static_cast<int>(high), 0);
 }
 
 // The activations of one chunk (rows [0, 8 * kNTiles), blocks [block0, block0 + 16)) held in
 // registers between their loads and their decode into shared memory, so the loads of chunk i + 1
 // are in flight while chunk i is multiplied. Thread t owns blocks u = t + 128 i (row u / 16,
-// block u % 16): 16 packed bytes each, plus, for t < rows, the row's 16 scale bytes.
+// block u % 16): 16 packed bytes and the scale byte of each.
 template <int kNTiles>
 struct ActivationChunk {
   uint4 blocks[kNTiles];
-  uint4 scales;
+  uint32_t scales[kNTiles];  // 0x100 marks a block that does not exist (row >= M or past K)
 };
 
 template <int kNTiles>
@@ -118,6 +169,7 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t b
     const int u = threadIdx.x + kThreads * i, row = u / kChunkBlocks;
     const int64_t block = block0 + u % kChunkBlocks;
     uint4 v = {0, 0, 0, 0};
+    uint32_t scale = 0x100u;
     if (row < p.m && block < blocks) {
       const uint8_t* src = p.a.data + row * p.a.stride_bytes + block * 16;
       if (vector_loads) {
@@ -128,37 +180,52 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t b
         for (int b = 0; b < 16; ++b) w[b / 4] |= static_cast<uint32_t>(src[b]) << (8 * (b % 4));
         v = make_uint4(w[0], w[1], w[2], w[3]);
       }
+      scale = __ldg(p.a.scale + row * p.a.scale_stride + block);
     }
     out.blocks[i] = v;
+    out.scales[i] = scale;
   }
-  uint32_t w[4] = {0, 0, 0, 0};
-  const int row = threadIdx.x;
-  if (row < 8 * kNTiles && row < p.m) {
-#pragma unroll
-    for (int b = 0; b < kChunkBlocks; ++b)
-      if (block0 + b < blocks)
-        w[b / 4] |= static_cast<uint32_t>(p.a.scale[row * p.a.scale_stride + block0 + b])
-                    << (8 * (b % 4));
-  }
-  out.scales = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Decodes a chunk to 2*E2M1 int8 in shared memory (element order unchanged) with its scales.
+// Where one stage's decoded activations live in shared memory.
+template <int kNTiles>
+struct Stage {
+  static constexpr int kRows = 8 * kNTiles;
+  uint8_t* e4m3;     // [row][kActRowBytes]: the chunk's 16 blocks as FP8 e4m3, element order kept
+  uint8_t* scale;    // [row][16] E8M0 bytes
+  float* factor;     // [block][row] 2^(scale - 127)
+  uint32_t* range;   // [warp][2]: min and max scale byte over the chunk's existing blocks
+  static constexpr int kBytes = kRows * (kActRowBytes + kChunkBlocks + 4 * kChunkBlocks) + 32;
+  __device__ explicit Stage(uint8_t* base)
+      : e4m3(base),
+        scale(base + kRows * kActRowBytes),
+        factor(reinterpret_cast<float*>(base + kRows * (kActRowBytes + kChunkBlocks))),
+        range(reinterpret_cast<uint32_t*>(base + kRows * (kActRowBytes + 5 * kChunkBlocks))) {}
+};
+
 template <int kNTiles>
 __device__ __forceinline__ void store_activations(const ActivationChunk<kNTiles>& chunk,
-                                                  int8_t* act, uint8_t* act_scale) {
+                                                  const Stage<kNTiles>& stage) {
+  uint32_t lo = 0xFFu, hi = 0;
 #pragma unroll
   for (int i = 0; i < kNTiles; ++i) {
     const int u = threadIdx.x + kThreads * i, row = u / kChunkBlocks, block = u % kChunkBlocks;
     const uint4 v = chunk.blocks[i];
-    uint4* dst = reinterpret_cast<uint4*>(act + row * kActRowBytes + block * 32);
-    dst[0] = make_uint4(e2m1x4_to_s8x4(v.x & 0xFFFFu), e2m1x4_to_s8x4(v.x >> 16),
-                        e2m1x4_to_s8x4(v.y & 0xFFFFu), e2m1x4_to_s8x4(v.y >> 16));
-    dst[1] = make_uint4(e2m1x4_to_s8x4(v.z & 0xFFFFu), e2m1x4_to_s8x4(v.z >> 16),
-                        e2m1x4_to_s8x4(v.w & 0xFFFFu), e2m1x4_to_s8x4(v.w >> 16));
+    uint4* dst = reinterpret_cast<uint4*>(stage.e4m3 + row * kActRowBytes + block * 32);
+    dst[0] = make_uint4(e2m1x4_to_e4m3x4(v.x & 0xFFFFu), e2m1x4_to_e4m3x4(v.x >> 16),
+                        e2m1x4_to_e4m3x4(v.y & 0xFFFFu), e2m1x4_to_e4m3x4(v.y >> 16));
+    dst[1] = make_uint4(e2m1x4_to_e4m3x4(v.z & 0xFFFFu), e2m1x4_to_e4m3x4(v.z >> 16),
+                        e2m1x4_to_e4m3x4(v.w & 0xFFFFu), e2m1x4_to_e4m3x4(v.w >> 16));
+    const uint32_t s = chunk.scales[i] & 0xFFu;
+    stage.scale[row * kChunkBlocks + block] = static_cast<uint8_t>(s);
+    stage.factor[block * Stage<kNTiles>::kRows + row] = __uint_as_float(s << 23);
+    if (chunk.scales[i] <= 0xFFu) lo = min(lo, s), hi = max(hi, s);
   }
-  if (threadIdx.x < 8 * kNTiles)
-    *reinterpret_cast<uint4*>(act_scale + threadIdx.x * kChunkBlocks) = chunk.scales;
+  warp_range(lo, hi);
+  if (threadIdx.x % 32 == 0) {
+    stage.range[2 * (threadIdx.x / 32)] = lo;
+    stage.range[2 * (threadIdx.x / 32) + 1] = hi;
+  }
 }
 
 template <int kNTiles, bool kPrepared>
@@ -166,12 +233,10 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   constexpr int kRows = 8 * kNTiles;
-  constexpr int kStageBytes = kRows * (kActRowBytes + kChunkBlocks);
   extern __shared__ __align__(16) uint8_t smem[];
   // Two stages of decoded activations: chunk i is read from one while chunk i + 1 is written to
   // the other, so one barrier per chunk suffices.
-  int8_t* act[2] = {reinterpret_cast<int8_t*>(smem), reinterpret_cast<int8_t*>(smem + kStageBytes)};
-  uint8_t* act_scale[2] = {smem + kRows * kActRowBytes, smem + kStageBytes + kRows * kActRowBytes};
+  const Stage<kNTiles> stages[2] = {Stage<kNTiles>(smem), Stage<kNTiles>(smem + Stage<kNTiles>::kBytes)};
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = int64_t{blockIdx.x} * kRowsPerCta + warp * 16;  // this warp's weight rows
@@ -181,8 +246,12 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   const int64_t block_begin = split * blocks / splits, block_end = (split + 1) * blocks / splits;
   const int64_t tile_begin = block_begin / 4, tile_end = (block_end + 3) / 4;
   const bool vector_a = reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
+  // Which of this lane's two weight rows exist, as byte-lane masks for scale_range.
+  const uint32_t row_mask[2] = {row0 + g < p.n ? 0xFu : 0u, row0 + g + 8 < p.n ? 0xFu : 0u};
 
-  double acc[kNTiles][4] = {};
+  // Block partials go to fp32 accumulators where the chunk's scales allow it, else to double ones.
+  float fast[kNTiles][4] = {};
+  double exact[kNTiles][4] = {};
   WeightTile weights[2][kChunkTiles] = {};
   ActivationChunk<kNTiles> next_act;
   auto load_weights = [&](int64_t first_tile, WeightTile(&into)[kChunkTiles]) {
@@ -191,9 +260,25 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
       if (warp_has_rows && first_tile + c < tile_end)
         load_weight_tile<kPrepared>(p, row0, first_tile + c, k_tiles, blocks, lane, into[c]);
   };
-  auto multiply = [&](int64_t chunk, const WeightTile(&current)[kChunkTiles], const int8_t* a_tile,
-                      const uint8_t* a_scale) {
+  auto multiply = [&](int64_t chunk, WeightTile(&current)[kChunkTiles], const Stage<kNTiles>& act) {
     if (!warp_has_rows) return;
+    uint32_t b_lo = 0xFFu, b_hi = 0;
+#pragma unroll
+    for (int c = 0; c < kChunkTiles; ++c) {
+      if (chunk + c >= tile_end) continue;  // warp-uniform
+      finish_tile<kPrepared>(current[c], lane);
+      // Blocks of this tile that exist in the problem (past K only in the last tile).
+      const int64_t first = (chunk + c) * 4;
+      const uint32_t valid = first + 4 <= blocks ? 0xFu : (1u << (blocks - first)) - 1u;
+      scale_range(current[c].scale[0], valid & row_mask[0], b_lo, b_hi);
+      scale_range(current[c].scale[1], valid & row_mask[1], b_lo, b_hi);
+    }
+    warp_range(b_lo, b_hi);
+    uint32_t a_lo = 0xFFu, a_hi = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) a_lo = min(a_lo, act.range[2 * w]), a_hi = max(a_hi, act.range[2 * w + 1]);
+    const bool use_fp32 = fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi);
+
 #pragma unroll
     for (int c = 0; c < kChunkTiles; ++c) {
 #pragma unroll
@@ -201,26 +286,36 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
         const int64_t block = (chunk + c) * 4 + j;
         if (block < block_begin || block >= block_end) continue;  // warp-uniform
         const WeightTile& w = current[c];
-        const uint32_t a[4] = {e2m1x4_to_s8x4(w.words[0][j] & 0xFFFFu),
-                               e2m1x4_to_s8x4(w.words[1][j] & 0xFFFFu),
-                               e2m1x4_to_s8x4(w.words[0][j] >> 16),
-                               e2m1x4_to_s8x4(w.words[1][j] >> 16)};
+        const uint32_t a[4] = {e2m1x4_to_e4m3x4(w.words[0][j] & 0xFFFFu),
+                               e2m1x4_to_e4m3x4(w.words[1][j] & 0xFFFFu),
+                               e2m1x4_to_e4m3x4(w.words[0][j] >> 16),
+                               e2m1x4_to_e4m3x4(w.words[1][j] >> 16)};
         const uint32_t sb0 = (w.scale[0] >> (8 * j)) & 0xFFu, sb1 = (w.scale[1] >> (8 * j)) & 0xFFu;
         const int local_block = c * 4 + j;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
           const uint2 b2 = *reinterpret_cast<const uint2*>(
-              a_tile + (nt * 8 + g) * kActRowBytes + local_block * 32 + 8 * t);
+              act.e4m3 + (nt * 8 + g) * kActRowBytes + local_block * 32 + 8 * t);
           const uint32_t b[2] = {b2.x, b2.y};
-          int32_t isum[4];
-          mma_s8_16x8x32(isum, a, b);
+          float sum[4];
+          mma_e4m3_16x8x32(sum, a, b);
           // Accumulator i: weight row g (+8 for i >= 2), activation row 2t + (i & 1).
-          const uint32_t sa0 = a_scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
-          const uint32_t sa1 = a_scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
-          acc[nt][0] = accumulate_block(acc[nt][0], isum[0], block_scale(sa0, sb0));
-          acc[nt][1] = accumulate_block(acc[nt][1], isum[1], block_scale(sa1, sb0));
-          acc[nt][2] = accumulate_block(acc[nt][2], isum[2], block_scale(sa0, sb1));
-          acc[nt][3] = accumulate_block(acc[nt][3], isum[3], block_scale(sa1, sb1));
+          if (use_fp32) {
+            const float2 fa =
+                *reinterpret_cast<const float2*>(act.factor + local_block * kRows + nt * 8 + 2 * t);
+            const float fb0 = __uint_as_float(sb0 << 23), fb1 = __uint_as_float(sb1 << 23);
+            fast[nt][0] = fmaf(sum[0], fa.x * fb0, fast[nt][0]);
+            fast[nt][1] = fmaf(sum[1], fa.y * fb0, fast[nt][1]);
+            fast[nt][2] = fmaf(sum[2], fa.x * fb1, fast[nt][2]);
+            fast[nt][3] = fmaf(sum[3], fa.y * fb1, fast[nt][3]);
+          } else {
+            const uint32_t sa0 = act.scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
+            const uint32_t sa1 = act.scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
+            exact[nt][0] = fma(static_cast<double>(sum[0]), pair_scale(sa0, sb0), exact[nt][0]);
+            exact[nt][1] = fma(static_cast<double>(sum[1]), pair_scale(sa1, sb0), exact[nt][1]);
+            exact[nt][2] = fma(static_cast<double>(sum[2]), pair_scale(sa0, sb1), exact[nt][2]);
+            exact[nt][3] = fma(static_cast<double>(sum[3]), pair_scale(sa1, sb1), exact[nt][3]);
+          }
         }
       }
     }
@@ -234,19 +329,25 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
       load_weights(chunk + kChunkTiles, weights[1 - P]);
       load_activations<kNTiles>(p, (chunk + kChunkTiles) * 4, blocks, vector_a, next_act);
     }
-    multiply(chunk, weights[P], act[P], act_scale[P]);
-    if (more) store_activations<kNTiles>(next_act, act[1 - P], act_scale[1 - P]);
+    multiply(chunk, weights[P], stages[P]);
+    if (more) store_activations<kNTiles>(next_act, stages[1 - P]);
     __syncthreads();
   };
 
   load_weights(tile_begin, weights[0]);
   load_activations<kNTiles>(p, tile_begin * 4, blocks, vector_a, next_act);
-  store_activations<kNTiles>(next_act, act[0], act_scale[0]);
+  store_activations<kNTiles>(next_act, stages[0]);
   __syncthreads();
   for (int64_t chunk = tile_begin; chunk < tile_end; chunk += 2 * kChunkTiles) {
     step(std::integral_constant<int, 0>{}, chunk);
     if (chunk + kChunkTiles < tile_end) step(std::integral_constant<int, 1>{}, chunk + kChunkTiles);
   }
+
+  double acc[kNTiles][4];
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = exact[nt][i] + static_cast<double>(fast[nt][i]);
 
   if (splits > 1) {
     // Partitions 1.. leave their sums in their own shared memory; rank 0 adds them in order.
@@ -289,7 +390,7 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
 
 template <int kNTiles>
 size_t shared_bytes() {
-  const size_t staging = 2 * size_t{8} * kNTiles * (kActRowBytes + kChunkBlocks);
+  const size_t staging = 2 * size_t{Stage<kNTiles>::kBytes};
   const size_t sums = size_t{kNTiles} * 4 * kThreads * sizeof(double);
   return staging > sums ? staging : sums;
 }
