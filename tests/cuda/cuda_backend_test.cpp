@@ -67,7 +67,7 @@ struct Packed {
 // Random codes (all 16) and scales: narrow around 127 or wide (0..254), with a few NaN scales.
 Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad, bool wide,
                      double nan_fraction) {
-  Packed p{rows, k, k + pad, k / 32 + pad / 32 + (pad ? 1 : 0), {}, {}};
+  Packed p{rows, k, k + pad, k / 32 + (pad ? 4 : 0), {}, {}};  // padded rows stay 4-aligned
   p.data.resize(static_cast<size_t>(rows * p.stride / 2));
   p.scales.resize(static_cast<size_t>(rows * p.scale_stride));
   for (auto& byte : p.data) byte = static_cast<uint8_t>(rng());

@@ -1,6 +1,6 @@
-// The decode GEMM family (small M, memory-bound): streams the FP4 weight B once, straight from
-// global memory into MMA fragments, with wide coalesced loads and a chunk of loads in flight while
-// the previous chunk is multiplied. sm_90 (thread-block clusters).
+// The decode GEMM family (small M, memory-bound): streams the FP4 weight B once through a per-warp
+// ring of shared-memory slots (cp.async, several K tiles in flight), multiplies each tile with
+// FP8 tensor-core MMAs and adds the block partials in registers. sm_90 (thread-block clusters).
 //
 // Roles are swapped relative to D = A.B^T: the weight tile is the MMA's A operand (16 weight rows)
 // and the activations are its B operand (8 rows per MMA, up to 64), so M = 1 wastes no weight
@@ -15,8 +15,8 @@
 //
 // Fragment order: inside a block, lane (g, t) holds elements [8t, 8t+8) of a weight row (4 bytes)
 // and feeds them to MMA k slots {4t..4t+3, 16+4t..16+4t+3}; the activations use the same order,
-// so each block's dot product is unchanged. The prepared layout stores exactly these words; for a
-// plain B, lanes load whole blocks with 16-byte loads and swap words with a 4x4 shuffle transpose.
+// so each block's dot product is unchanged. The prepared layout stores exactly these words and is
+// copied with 16-byte copies; a plain B is scattered into the same order with 4-byte copies.
 #include <cooperative_groups.h>
 
 #include <type_traits>
@@ -37,80 +37,67 @@ constexpr int kChunkBlocks = kChunkTiles * 4;     // 16 blocks = 512 elements
 constexpr int kActRowBytes = kChunkBlocks * 32 + 32;  // int8 row + padding (bank-conflict free)
 constexpr int kMaxSplits = 8;                     // portable cluster size
 
-// One K tile (4 blocks) of a lane's weights as loaded. Prepared layout: words[h][j] = 8 elements
-// of row g + 8h, block j, and scale[h] = the 4 block scales of that row (byte j). Plain layout:
-// words[h][p] = piece p of block t (the lane's own block), scale[h] = that block's scale byte;
-// finish_tile() rearranges them at the point of use, so loads never wait on shuffles.
-struct WeightTile {
-  uint32_t words[2][4];
-  uint32_t scale[2];
-};
+// Weights stream through a per-warp ring of shared-memory slots filled by cp.async, kStages - 1
+// K tiles ahead of the one being multiplied: the loads need no registers and never wait on use.
+// A slot holds one K tile in the prepared layout's order (both layouts are copied into it), with
+// the two 16-byte halves of each lane swapped on odd row groups so the reads are conflict-free.
+constexpr int kStages = 6;
+constexpr int kSlotBytes = 1024 + 64;  // weights, then the 16 rows x 4 blocks of scales
 
-// Plain layout: lane t of each quad holds block t's four 4-byte pieces and needs piece t of all
-// four blocks; two rounds of pairwise swaps transpose the 4x4 across the quad.
-[[maybe_unused]] __device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int t) {
-  const bool hi2 = t & 2, hi1 = t & 1;
-  uint32_t s0 = hi2 ? w[0] : w[2], s1 = hi2 ? w[1] : w[3];
-  uint32_t r0 = __shfl_xor_sync(0xFFFFFFFFu, s0, 2), r1 = __shfl_xor_sync(0xFFFFFFFFu, s1, 2);
-  if (hi2) {
-    w[0] = r0, w[1] = r1;
+[[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Copies `bytes` (4 or 16) from global to shared memory asynchronously; src_bytes = 0 zero-fills.
+template <int kBytes>
+__device__ __forceinline__ void copy_async(void* dst, const void* src, bool present) {
+  const uint32_t src_bytes = present ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(src_bytes));
   } else {
-    w[2] = r0, w[3] = r1;
-  }
-  s0 = hi1 ? w[0] : w[1], s1 = hi1 ? w[2] : w[3];
-  r0 = __shfl_xor_sync(0xFFFFFFFFu, s0, 1), r1 = __shfl_xor_sync(0xFFFFFFFFu, s1, 1);
-  if (hi1) {
-    w[0] = r0, w[2] = r1;
-  } else {
-    w[1] = r0, w[3] = r1;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(src_bytes));
   }
 }
+[[maybe_unused]] __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
 
+// Offset of lane L's half h (row g + 8h) inside a slot.
+[[maybe_unused]] __device__ __forceinline__ int half_offset(int lane, int h) { return lane * 32 + 16 * (h ^ ((lane >> 2) & 1)); }
+
+// Issues the copies of K tile `k_tile` of this warp's 16 rows into `slot`.
 template <bool kPrepared>
-__device__ __forceinline__ void load_weight_tile(const GemmProblem& p, int64_t row0, int64_t k_tile,
+__device__ __forceinline__ void copy_weight_tile(const GemmProblem& p, int64_t row0, int64_t k_tile,
                                                  int64_t k_tiles, int64_t blocks, int lane,
-                                                 WeightTile& out) {
+                                                 uint8_t* slot) {
   const int g = lane / 4, t = lane % 4;
   if constexpr (kPrepared) {
     const uint8_t* tile = p.b.data + ((row0 / 16) * k_tiles + k_tile) * 1024 + lane * 32;
-    const uint4 w0 = __ldg(reinterpret_cast<const uint4*>(tile));
-    const uint4 w1 = __ldg(reinterpret_cast<const uint4*>(tile) + 1);
-    out.words[0][0] = w0.x, out.words[0][1] = w0.y, out.words[0][2] = w0.z, out.words[0][3] = w0.w;
-    out.words[1][0] = w1.x, out.words[1][1] = w1.y, out.words[1][2] = w1.z, out.words[1][3] = w1.w;
-    const uint2 s = __ldg(reinterpret_cast<const uint2*>(
-        p.b.scale + ((row0 / 16) * k_tiles + k_tile) * 64 + g * 8));
-    out.scale[0] = s.x, out.scale[1] = s.y;
+    copy_async<16>(slot + half_offset(lane, 0), tile, true);
+    copy_async<16>(slot + half_offset(lane, 1), tile + 16, true);
+    if (lane < 4)
+      copy_async<16>(slot + 1024 + 16 * lane,
+                     p.b.scale + ((row0 / 16) * k_tiles + k_tile) * 64 + 16 * lane, true);
   } else {
+    // Lane (g, t) copies block t of rows g and g + 8; piece q of it belongs to lane (g, q).
     const int64_t block = k_tile * 4 + t;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = row0 + g + 8 * h;
-      uint4 w = {0, 0, 0, 0};
-      uint32_t scale = 0;
-      if (row < p.n && block < blocks) {
-        w = __ldg(reinterpret_cast<const uint4*>(p.b.data + row * p.b.stride_bytes + block * 16));
-        scale = __ldg(p.b.scale + row * p.b.scale_stride + block);
-      }
-      out.words[h][0] = w.x, out.words[h][1] = w.y, out.words[h][2] = w.z, out.words[h][3] = w.w;
-      out.scale[h] = scale;
+      const bool present = row < p.n && block < blocks;
+      const uint8_t* src = present ? p.b.data + row * p.b.stride_bytes + block * 16 : p.b.data;
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        copy_async<4>(slot + half_offset(g * 4 + q, h) + 4 * t, src + 4 * q, present);
     }
-  }
-}
-
-// Plain layout: from "my block, all pieces" to "all blocks, my piece", and the four blocks'
-// scales gathered from the quad into one word per row, like the prepared layout's.
-template <bool kPrepared>
-__device__ __forceinline__ void finish_tile(WeightTile& w, int lane) {
-  if constexpr (!kPrepared) {
-    const int t = lane % 4, quad = lane & ~3;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      transpose_quad(w.words[h], t);
-      uint32_t gathered = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        gathered |= __shfl_sync(0xFFFFFFFFu, w.scale[h], quad | j) << (8 * j);
-      w.scale[h] = gathered;
+    if (lane < 16) {  // row lane's four block scales (K % 128 == 0, so all four exist)
+      const int64_t row = row0 + lane;
+      const bool present = row < p.n;
+      const uint8_t* src = present ? p.b.scale + row * p.b.scale_stride + k_tile * 4 : p.b.scale;
+      copy_async<4>(slot + 1024 + (lane % 8) * 8 + (lane / 8) * 4, src, present);
     }
   }
 }
@@ -234,11 +221,12 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   namespace cg = cooperative_groups;
   constexpr int kRows = 8 * kNTiles;
   extern __shared__ __align__(16) uint8_t smem[];
-  // Two stages of decoded activations: chunk i is read from one while chunk i + 1 is written to
-  // the other, so one barrier per chunk suffices.
+  // Two stages of decoded activations (chunk i in one while chunk i + 1 is written to the other),
+  // then each warp's ring of weight slots.
   const Stage<kNTiles> stages[2] = {Stage<kNTiles>(smem), Stage<kNTiles>(smem + Stage<kNTiles>::kBytes)};
-
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  uint8_t* ring = smem + 2 * Stage<kNTiles>::kBytes + warp * kStages * kSlotBytes;
+
   const int64_t row0 = int64_t{blockIdx.x} * kRowsPerCta + warp * 16;  // this warp's weight rows
   const bool warp_has_rows = row0 < p.n;
   const int64_t blocks = p.k / 32, k_tiles = layout::k_tiles(p.k);
@@ -246,33 +234,61 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   const int64_t block_begin = split * blocks / splits, block_end = (split + 1) * blocks / splits;
   const int64_t tile_begin = block_begin / 4, tile_end = (block_end + 3) / 4;
   const bool vector_a = reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
-  // Which of this lane's two weight rows exist, as byte-lane masks for scale_range.
   const uint32_t row_mask[2] = {row0 + g < p.n ? 0xFu : 0u, row0 + g + 8 < p.n ? 0xFu : 0u};
 
-  // Block partials go to fp32 accumulators where the chunk's scales allow it, else to double ones.
-  float fast[kNTiles][4] = {};
-  double exact[kNTiles][4] = {};
-  WeightTile weights[2][kChunkTiles] = {};
-  ActivationChunk<kNTiles> next_act;
-  auto load_weights = [&](int64_t first_tile, WeightTile(&into)[kChunkTiles]) {
-#pragma unroll
-    for (int c = 0; c < kChunkTiles; ++c)
-      if (warp_has_rows && first_tile + c < tile_end)
-        load_weight_tile<kPrepared>(p, row0, first_tile + c, k_tiles, blocks, lane, into[c]);
+  // Prologue: the first kStages - 1 weight tiles in flight, the first activation chunk staged
+  // and the second one loading.
+  auto issue = [&](int64_t k_tile) {
+    if (warp_has_rows && k_tile < tile_end)
+      copy_weight_tile<kPrepared>(p, row0, k_tile, k_tiles, blocks, lane,
+                                  ring + ((k_tile - tile_begin) % kStages) * kSlotBytes);
+    commit_copies();  // an empty group past the end keeps the group count uniform
   };
-  auto multiply = [&](int64_t chunk, WeightTile(&current)[kChunkTiles], const Stage<kNTiles>& act) {
-    if (!warp_has_rows) return;
-    uint32_t b_lo = 0xFFu, b_hi = 0;
 #pragma unroll
-    for (int c = 0; c < kChunkTiles; ++c) {
-      if (chunk + c >= tile_end) continue;  // warp-uniform
-      finish_tile<kPrepared>(current[c], lane);
-      // Blocks of this tile that exist in the problem (past K only in the last tile).
-      const int64_t first = (chunk + c) * 4;
-      const uint32_t valid = first + 4 <= blocks ? 0xFu : (1u << (blocks - first)) - 1u;
-      scale_range(current[c].scale[0], valid & row_mask[0], b_lo, b_hi);
-      scale_range(current[c].scale[1], valid & row_mask[1], b_lo, b_hi);
+  for (int s = 0; s < kStages - 1; ++s) issue(tile_begin + s);
+  ActivationChunk<kNTiles> next_act;
+  load_activations<kNTiles>(p, tile_begin * 4, blocks, vector_a, next_act);
+  store_activations<kNTiles>(next_act, stages[0]);
+  if (tile_begin + kChunkTiles < tile_end)
+    load_activations<kNTiles>(p, (tile_begin + kChunkTiles) * 4, blocks, vector_a, next_act);
+  __syncthreads();
+
+  // Block partials go to fp32 accumulators where the tile's scales allow it, else to doubles
+  // (rare: kept in local memory, out of the fast path's way).
+  float fast[kNTiles][4] = {};
+  double exact[kNTiles * 4];
+#pragma unroll
+  for (int i = 0; i < kNTiles * 4; ++i) exact[i] = 0.0;
+
+#pragma unroll 1
+  for (int64_t k_tile = tile_begin; k_tile < tile_end; ++k_tile) {
+    const int64_t chunk = (k_tile - tile_begin) / kChunkTiles;
+    if (k_tile != tile_begin && (k_tile - tile_begin) % kChunkTiles == 0) {
+      // Entering chunk `chunk`: its activations go to stage chunk % 2 (read last by chunk - 2,
+      // which every warp finished before the previous barrier), then the next chunk loads.
+      store_activations<kNTiles>(next_act, stages[chunk % 2]);
+      __syncthreads();
+      const int64_t next_tile = tile_begin + (chunk + 1) * kChunkTiles;
+      if (next_tile < tile_end)
+        load_activations<kNTiles>(p, next_tile * 4, blocks, vector_a, next_act);
     }
+    issue(k_tile + kStages - 1);
+    if (!warp_has_rows) continue;
+    wait_copies<kStages - 1>();
+    __syncwarp();
+
+    const Stage<kNTiles>& act = stages[chunk % 2];
+    const uint8_t* slot = ring + ((k_tile - tile_begin) % kStages) * kSlotBytes;
+    const uint4 w0 = *reinterpret_cast<const uint4*>(slot + half_offset(lane, 0));
+    const uint4 w1 = *reinterpret_cast<const uint4*>(slot + half_offset(lane, 1));
+    const uint2 scales = *reinterpret_cast<const uint2*>(slot + 1024 + g * 8);
+    const uint32_t words[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
+
+    // fp32 or double for this tile: one warp-wide look at the scales it multiplies.
+    const uint32_t valid = k_tile * 4 + 4 <= blocks ? 0xFu : (1u << (blocks - k_tile * 4)) - 1u;
+    uint32_t b_lo = 0xFFu, b_hi = 0;
+    scale_range(scales.x, valid & row_mask[0], b_lo, b_hi);
+    scale_range(scales.y, valid & row_mask[1], b_lo, b_hi);
     warp_range(b_lo, b_hi);
     uint32_t a_lo = 0xFFu, a_hi = 0;
 #pragma unroll
@@ -280,18 +296,16 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
     const bool use_fp32 = fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi);
 
 #pragma unroll
-    for (int c = 0; c < kChunkTiles; ++c) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t block = (chunk + c) * 4 + j;
-        if (block < block_begin || block >= block_end) continue;  // warp-uniform
-        const WeightTile& w = current[c];
-        const uint32_t a[4] = {e2m1x4_to_e4m3x4(w.words[0][j] & 0xFFFFu),
-                               e2m1x4_to_e4m3x4(w.words[1][j] & 0xFFFFu),
-                               e2m1x4_to_e4m3x4(w.words[0][j] >> 16),
-                               e2m1x4_to_e4m3x4(w.words[1][j] >> 16)};
-        const uint32_t sb0 = (w.scale[0] >> (8 * j)) & 0xFFu, sb1 = (w.scale[1] >> (8 * j)) & 0xFFu;
-        const int local_block = c * 4 + j;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t block = k_tile * 4 + j;
+      if (block < block_begin || block >= block_end) continue;  // warp-uniform
+      const uint32_t a[4] = {e2m1x4_to_e4m3x4(words[0][j] & 0xFFFFu),
+                             e2m1x4_to_e4m3x4(words[1][j] & 0xFFFFu),
+                             e2m1x4_to_e4m3x4(words[0][j] >> 16), e2m1x4_to_e4m3x4(words[1][j] >> 16)};
+      const uint32_t sb0 = (scales.x >> (8 * j)) & 0xFFu, sb1 = (scales.y >> (8 * j)) & 0xFFu;
+      const int local_block = static_cast<int>((k_tile - tile_begin) % kChunkTiles) * 4 + j;
+      if (use_fp32) {
+        const float fb0 = __uint_as_float(sb0 << 23), fb1 = __uint_as_float(sb1 << 23);
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
           const uint2 b2 = *reinterpret_cast<const uint2*>(
@@ -300,58 +314,45 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
           float sum[4];
           mma_e4m3_16x8x32(sum, a, b);
           // Accumulator i: weight row g (+8 for i >= 2), activation row 2t + (i & 1).
-          if (use_fp32) {
-            const float2 fa =
-                *reinterpret_cast<const float2*>(act.factor + local_block * kRows + nt * 8 + 2 * t);
-            const float fb0 = __uint_as_float(sb0 << 23), fb1 = __uint_as_float(sb1 << 23);
-            fast[nt][0] = fmaf(sum[0], fa.x * fb0, fast[nt][0]);
-            fast[nt][1] = fmaf(sum[1], fa.y * fb0, fast[nt][1]);
-            fast[nt][2] = fmaf(sum[2], fa.x * fb1, fast[nt][2]);
-            fast[nt][3] = fmaf(sum[3], fa.y * fb1, fast[nt][3]);
-          } else {
-            const uint32_t sa0 = act.scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
-            const uint32_t sa1 = act.scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
-            exact[nt][0] = fma(static_cast<double>(sum[0]), pair_scale(sa0, sb0), exact[nt][0]);
-            exact[nt][1] = fma(static_cast<double>(sum[1]), pair_scale(sa1, sb0), exact[nt][1]);
-            exact[nt][2] = fma(static_cast<double>(sum[2]), pair_scale(sa0, sb1), exact[nt][2]);
-            exact[nt][3] = fma(static_cast<double>(sum[3]), pair_scale(sa1, sb1), exact[nt][3]);
-          }
+          const float2 fa =
+              *reinterpret_cast<const float2*>(act.factor + local_block * kRows + nt * 8 + 2 * t);
+          fast[nt][0] = fmaf(sum[0], fa.x * fb0, fast[nt][0]);
+          fast[nt][1] = fmaf(sum[1], fa.y * fb0, fast[nt][1]);
+          fast[nt][2] = fmaf(sum[2], fa.x * fb1, fast[nt][2]);
+          fast[nt][3] = fmaf(sum[3], fa.y * fb1, fast[nt][3]);
+        }
+      } else {
+#pragma unroll 1
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          const uint2 b2 = *reinterpret_cast<const uint2*>(
+              act.e4m3 + (nt * 8 + g) * kActRowBytes + local_block * 32 + 8 * t);
+          const uint32_t b[2] = {b2.x, b2.y};
+          float sum[4];
+          mma_e4m3_16x8x32(sum, a, b);
+          const uint32_t sa0 = act.scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
+          const uint32_t sa1 = act.scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
+          double* e = exact + nt * 4;
+          e[0] = fma(static_cast<double>(sum[0]), pair_scale(sa0, sb0), e[0]);
+          e[1] = fma(static_cast<double>(sum[1]), pair_scale(sa1, sb0), e[1]);
+          e[2] = fma(static_cast<double>(sum[2]), pair_scale(sa0, sb1), e[2]);
+          e[3] = fma(static_cast<double>(sum[3]), pair_scale(sa1, sb1), e[3]);
         }
       }
     }
-  };
-  // One pipeline step on stage P: start loading chunk + 1 (weights and activations), multiply
-  // chunk, then decode the next activations into the other stage.
-  auto step = [&](auto stage, int64_t chunk) {
-    constexpr int P = decltype(stage)::value;
-    const bool more = chunk + kChunkTiles < tile_end;
-    if (more) {
-      load_weights(chunk + kChunkTiles, weights[1 - P]);
-      load_activations<kNTiles>(p, (chunk + kChunkTiles) * 4, blocks, vector_a, next_act);
-    }
-    multiply(chunk, weights[P], stages[P]);
-    if (more) store_activations<kNTiles>(next_act, stages[1 - P]);
-    __syncthreads();
-  };
-
-  load_weights(tile_begin, weights[0]);
-  load_activations<kNTiles>(p, tile_begin * 4, blocks, vector_a, next_act);
-  store_activations<kNTiles>(next_act, stages[0]);
-  __syncthreads();
-  for (int64_t chunk = tile_begin; chunk < tile_end; chunk += 2 * kChunkTiles) {
-    step(std::integral_constant<int, 0>{}, chunk);
-    if (chunk + kChunkTiles < tile_end) step(std::integral_constant<int, 1>{}, chunk + kChunkTiles);
+    __syncwarp();  // every lane is done with the slot before it is refilled
   }
+  wait_copies<0>();
 
   double acc[kNTiles][4];
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nt][i] = exact[nt][i] + static_cast<double>(fast[nt][i]);
+    for (int i = 0; i < 4; ++i) acc[nt][i] = exact[nt * 4 + i] + static_cast<double>(fast[nt][i]);
 
   if (splits > 1) {
     // Partitions 1.. leave their sums in their own shared memory; rank 0 adds them in order.
     cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();  // shared memory is reused for the sums
     double* sums = reinterpret_cast<double*>(smem);
     if (split != 0) {
 #pragma unroll
@@ -390,7 +391,7 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
 
 template <int kNTiles>
 size_t shared_bytes() {
-  const size_t staging = 2 * size_t{Stage<kNTiles>::kBytes};
+  const size_t staging = 2 * size_t{Stage<kNTiles>::kBytes} + size_t{kWarps} * kStages * kSlotBytes;
   const size_t sums = size_t{kNTiles} * 4 * kThreads * sizeof(double);
   return staging > sums ? staging : sums;
 }
@@ -439,11 +440,15 @@ std::string gemm_decode_why_not(const GemmProblem& p) {
     return "split_k = " + std::to_string(p.split_k) + " is above the decode limit of " +
            std::to_string(kMaxSplits);
   const auto address = reinterpret_cast<uintptr_t>(p.b.data);
+  const auto scale_address = reinterpret_cast<uintptr_t>(p.b.scale);
   if (p.b.layout == A4W4_LAYOUT_PLAIN) {
     if (address % 16 != 0 || p.b.stride_bytes % 16 != 0)
       return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
-  } else if (address % 16 != 0 || reinterpret_cast<uintptr_t>(p.b.scale) % 8 != 0) {
-    return "a prepared B must start on 16 bytes and its scales on 8";
+    if (p.k % 128 != 0 || scale_address % 4 != 0 || p.b.scale_stride % 4 != 0)
+      return "a plain B needs K % 128 == 0 and 4-byte aligned scale rows (prepare the weight to "
+             "lift this)";
+  } else if (address % 16 != 0 || scale_address % 16 != 0) {
+    return "a prepared B and its scales must start on 16 bytes";
   }
   return {};
 }
