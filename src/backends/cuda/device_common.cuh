@@ -23,7 +23,8 @@ __device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes) {
   return __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));
 }
 
-// Four E2M1 codes -> four FP8 e4m3 bytes of the same values (E2M1 is exact in e4m3).
+// Four E2M1 codes (the low 16 bits; higher bits are ignored) -> four FP8 e4m3 bytes of the same
+// values (E2M1 is exact in e4m3).
 __device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t codes) {
   const uint32_t index = codes & 0x7777u;
   const uint32_t positive = __byte_perm(0x3C383000u, 0x4C484440u, index);  // 0 .5 1 1.5 2 3 4 6

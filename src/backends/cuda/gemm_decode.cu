@@ -41,7 +41,7 @@ constexpr int kMaxSplits = 8;                     // portable cluster size
 // K tiles ahead of the one being multiplied: the loads need no registers and never wait on use.
 // A slot holds one K tile in the prepared layout's order (both layouts are copied into it), with
 // the two 16-byte halves of each lane swapped on odd row groups so the reads are conflict-free.
-constexpr int kStages = 6;
+constexpr int kStages = 8;  // a power of two: slot = tile & (kStages - 1)
 constexpr int kSlotBytes = 1024 + 64;  // weights, then the 16 rows x 4 blocks of scales
 
 [[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -102,23 +102,21 @@ __device__ __forceinline__ void copy_weight_tile(const GemmProblem& p, int64_t r
   }
 }
 
-// Byte-wise running min and max of the scale bytes in `word` whose byte lanes are set in `mask`.
-[[maybe_unused]] __device__ __forceinline__ void scale_range(uint32_t word, uint32_t valid_bytes, uint32_t& lo,
-                                            uint32_t& hi) {
+// Running min and max of the scale bytes of `word` whose bit is set in `valid_bytes`.
+[[maybe_unused]] __device__ __forceinline__ void scale_range(uint32_t word, uint32_t valid_bytes,
+                                                            uint32_t& lo, uint32_t& hi) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    if (!(valid_bytes & (1u << j))) continue;
-    const uint32_t s = (word >> (8 * j)) & 0xFFu;
-    lo = min(lo, s), hi = max(hi, s);
+    const uint32_t s = __byte_perm(word, 0, 0x4440 | j);
+    const bool valid = (valid_bytes >> j) & 1u;
+    lo = min(lo, valid ? s : 0xFFu);
+    hi = max(hi, valid ? s : 0u);
   }
 }
 
 [[maybe_unused]] __device__ __forceinline__ void warp_range(uint32_t& lo, uint32_t& hi) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, offset));
-    hi = max(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, offset));
-  }
+  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
+  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
 }
 
 // Whether the block partials c * 2^(sa+sb-254) of a chunk can be accumulated in fp32 without
@@ -236,20 +234,26 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   const bool vector_a = reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
   const uint32_t row_mask[2] = {row0 + g < p.n ? 0xFu : 0u, row0 + g + 8 < p.n ? 0xFu : 0u};
 
+  // Tiles are counted from the partition's first (32-bit counters: the loop runs per K tile).
+  const int tiles = static_cast<int>(tile_end - tile_begin);
+  const int first_block = static_cast<int>(block_begin - tile_begin * 4);  // blocks to skip
+  const int last_block = static_cast<int>(block_end - tile_begin * 4);
+  const int blocks_here = static_cast<int>(blocks - tile_begin * 4);  // blocks that exist
+
   // Prologue: the first kStages - 1 weight tiles in flight, the first activation chunk staged
   // and the second one loading.
-  auto issue = [&](int64_t k_tile) {
-    if (warp_has_rows && k_tile < tile_end)
-      copy_weight_tile<kPrepared>(p, row0, k_tile, k_tiles, blocks, lane,
-                                  ring + ((k_tile - tile_begin) % kStages) * kSlotBytes);
+  auto issue = [&](int tile) {
+    if (warp_has_rows && tile < tiles)
+      copy_weight_tile<kPrepared>(p, row0, tile_begin + tile, k_tiles, blocks, lane,
+                                  ring + (tile & (kStages - 1)) * kSlotBytes);
     commit_copies();  // an empty group past the end keeps the group count uniform
   };
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(tile_begin + s);
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
   ActivationChunk<kNTiles> next_act;
   load_activations<kNTiles>(p, tile_begin * 4, blocks, vector_a, next_act);
   store_activations<kNTiles>(next_act, stages[0]);
-  if (tile_begin + kChunkTiles < tile_end)
+  if (kChunkTiles < tiles)
     load_activations<kNTiles>(p, (tile_begin + kChunkTiles) * 4, blocks, vector_a, next_act);
   __syncthreads();
 
@@ -259,51 +263,57 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   double exact[kNTiles * 4];
 #pragma unroll
   for (int i = 0; i < kNTiles * 4; ++i) exact[i] = 0.0;
+  uint32_t a_lo = 0, a_hi = 0;  // the current activation chunk's scale range
 
 #pragma unroll 1
-  for (int64_t k_tile = tile_begin; k_tile < tile_end; ++k_tile) {
-    const int64_t chunk = (k_tile - tile_begin) / kChunkTiles;
-    if (k_tile != tile_begin && (k_tile - tile_begin) % kChunkTiles == 0) {
-      // Entering chunk `chunk`: its activations go to stage chunk % 2 (read last by chunk - 2,
-      // which every warp finished before the previous barrier), then the next chunk loads.
-      store_activations<kNTiles>(next_act, stages[chunk % 2]);
-      __syncthreads();
-      const int64_t next_tile = tile_begin + (chunk + 1) * kChunkTiles;
-      if (next_tile < tile_end)
-        load_activations<kNTiles>(p, next_tile * 4, blocks, vector_a, next_act);
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int chunk = tile / kChunkTiles;
+    if ((tile & (kChunkTiles - 1)) == 0) {
+      if (tile != 0) {
+        // Entering `chunk`: its activations go to stage chunk % 2 (read last by chunk - 2, which
+        // every warp finished before the previous barrier), then the next chunk loads.
+        store_activations<kNTiles>(next_act, stages[chunk & 1]);
+        __syncthreads();
+        if ((chunk + 1) * kChunkTiles < tiles)
+          load_activations<kNTiles>(p, (tile_begin + (chunk + 1) * kChunkTiles) * 4, blocks,
+                                    vector_a, next_act);
+      }
+      const Stage<kNTiles>& act = stages[chunk & 1];
+      a_lo = 0xFFu, a_hi = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) a_lo = min(a_lo, act.range[2 * w]), a_hi = max(a_hi, act.range[2 * w + 1]);
     }
-    issue(k_tile + kStages - 1);
+    issue(tile + kStages - 1);
     if (!warp_has_rows) continue;
     wait_copies<kStages - 1>();
     __syncwarp();
 
-    const Stage<kNTiles>& act = stages[chunk % 2];
-    const uint8_t* slot = ring + ((k_tile - tile_begin) % kStages) * kSlotBytes;
+    const Stage<kNTiles>& act = stages[chunk & 1];
+    const uint8_t* slot = ring + (tile & (kStages - 1)) * kSlotBytes;
     const uint4 w0 = *reinterpret_cast<const uint4*>(slot + half_offset(lane, 0));
     const uint4 w1 = *reinterpret_cast<const uint4*>(slot + half_offset(lane, 1));
     const uint2 scales = *reinterpret_cast<const uint2*>(slot + 1024 + g * 8);
     const uint32_t words[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
 
     // fp32 or double for this tile: one warp-wide look at the scales it multiplies.
-    const uint32_t valid = k_tile * 4 + 4 <= blocks ? 0xFu : (1u << (blocks - k_tile * 4)) - 1u;
+    const int exist = blocks_here - tile * 4;
+    const uint32_t valid = exist >= 4 ? 0xFu : (1u << exist) - 1u;
     uint32_t b_lo = 0xFFu, b_hi = 0;
     scale_range(scales.x, valid & row_mask[0], b_lo, b_hi);
     scale_range(scales.y, valid & row_mask[1], b_lo, b_hi);
     warp_range(b_lo, b_hi);
-    uint32_t a_lo = 0xFFu, a_hi = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) a_lo = min(a_lo, act.range[2 * w]), a_hi = max(a_hi, act.range[2 * w + 1]);
     const bool use_fp32 = fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi);
 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t block = k_tile * 4 + j;
-      if (block < block_begin || block >= block_end) continue;  // warp-uniform
-      const uint32_t a[4] = {e2m1x4_to_e4m3x4(words[0][j] & 0xFFFFu),
-                             e2m1x4_to_e4m3x4(words[1][j] & 0xFFFFu),
-                             e2m1x4_to_e4m3x4(words[0][j] >> 16), e2m1x4_to_e4m3x4(words[1][j] >> 16)};
-      const uint32_t sb0 = (scales.x >> (8 * j)) & 0xFFu, sb1 = (scales.y >> (8 * j)) & 0xFFu;
-      const int local_block = static_cast<int>((k_tile - tile_begin) % kChunkTiles) * 4 + j;
+      const int block = tile * 4 + j;  // relative to the first tile
+      if (block < first_block || block >= last_block) continue;  // warp-uniform
+      const uint32_t a[4] = {e2m1x4_to_e4m3x4(words[0][j]), e2m1x4_to_e4m3x4(words[1][j]),
+                             e2m1x4_to_e4m3x4(words[0][j] >> 16),
+                             e2m1x4_to_e4m3x4(words[1][j] >> 16)};
+      const uint32_t sb0 = __byte_perm(scales.x, 0, 0x4440 | j);
+      const uint32_t sb1 = __byte_perm(scales.y, 0, 0x4440 | j);
+      const int local_block = (tile & (kChunkTiles - 1)) * 4 + j;
       if (use_fp32) {
         const float fb0 = __uint_as_float(sb0 << 23), fb1 = __uint_as_float(sb1 << 23);
 #pragma unroll
