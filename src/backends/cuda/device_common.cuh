@@ -50,6 +50,37 @@ __device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], const uint32_t (
 #endif
 }
 
+// Four E2M1 codes (the low 16 bits) -> four fp16 holding 2 * value, as two half2 words (elements
+// 0, 1 and 2, 3). Byte-permute tables give 2 * value + 12 in [0, 24]; placed under the exponent
+// of 1024 that is the fp16 1024 + u, and one exact subtraction of 1036 leaves 2 * value.
+__device__ __forceinline__ uint2 e2m1x4_to_f16x4(uint32_t codes) {
+  const uint32_t index = codes & 0x7777u;
+  const uint32_t positive = __byte_perm(0x0F0E0D0Cu, 0x18141210u, index);  // 12 + {0 1 2 3 4 6 8 12}
+  const uint32_t negative = __byte_perm(0x090A0B0Cu, 0x00040608u, index);  // 12 - the same
+  const uint32_t biased = __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));
+  const __half2 bias = __halves2half2(__ushort_as_half(0x640Cu), __ushort_as_half(0x640Cu));
+  const uint32_t lo = __byte_perm(biased, 0x64646464u, 0x5140u);
+  const uint32_t hi = __byte_perm(biased, 0x64646464u, 0x5342u);
+  const __half2 x = __hsub2(*reinterpret_cast<const __half2*>(&lo), bias);
+  const __half2 y = __hsub2(*reinterpret_cast<const __half2*>(&hi), bias);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&x), *reinterpret_cast<const uint32_t*>(&y));
+}
+
+// D (4 x fp32) += A (16x16 fp16, row) * B (16x8 fp16, col). With the doubled E2M1 values every
+// product and partial sum of a block is an integer below 2^13, so the sum is exact.
+__device__ __forceinline__ void mma_f16_16x8x16(float (&d)[4], const uint32_t (&a)[4],
+                                                const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();
+#endif
+}
+
 // D (4 x int32) = A (16x32 int8, row) * B (32x8 int8, col), exact: one 32-wide block per call.
 __device__ __forceinline__ void mma_s8_16x8x32(int32_t (&d)[4], const uint32_t (&a)[4],
                                                const uint32_t (&b)[2]) {

@@ -1,21 +1,21 @@
 // The decode GEMM family (small M, memory-bound): streams the FP4 weight B once through a per-warp
 // ring of shared-memory slots (cp.async, several K tiles in flight), multiplies each tile with
-// FP8 tensor-core MMAs and adds the block partials in registers. sm_90 (thread-block clusters).
+// fp16 tensor-core MMAs and adds the block partials in registers. sm_90 (thread-block clusters).
 //
 // Roles are swapped relative to D = A.B^T: the weight tile is the MMA's A operand (16 weight rows)
 // and the activations are its B operand (8 rows per MMA, up to 64), so M = 1 wastes no weight
 // bandwidth. Each warp owns 16 weight rows; a CTA has 4 warps (64 rows) and one K partition.
 // Activations of the current 512-wide K chunk are decoded once per CTA into shared memory.
-// Exactness: every MMA is one 32-wide block from a zero accumulator (FP8 e4m3 operands, exact for
-// E2M1 values: see mma_e4m3_16x8x32). Block partials c * 2^(sa+sb-254) are accumulated in fp32
+// Exactness: each block is two fp16 MMAs from a zero accumulator on doubled E2M1 values, whose
+// products and sums are small integers, so exact. Block partials 2^(sa+sb-256) * sum go to fp32
 // where every scale of the chunk keeps them inside fp32's normal range (typical data), and in
 // double otherwise (scales near the E8M0 extremes, NaN scales): fp32 or better, as the contract asks.
 // Split-K: the CTAs of one cluster take contiguous K partitions; rank 0 adds their sums in order
 // through distributed shared memory and writes D (alpha, beta*C, bias, one rounding).
 //
 // Fragment order: inside a block, lane (g, t) holds elements [8t, 8t+8) of a weight row (4 bytes)
-// and feeds them to MMA k slots {4t..4t+3, 16+4t..16+4t+3}; the activations use the same order,
-// so each block's dot product is unchanged. The prepared layout stores exactly these words and is
+// and feeds them to the k slots {2t, 2t+1, 2t+8, 2t+9} of two k16 MMAs; the activations use the
+// same order, so each block's dot product is unchanged. The prepared layout stores exactly these words and is
 // copied with 16-byte copies; a plain B is scattered into the same order with 4-byte copies.
 #include <cooperative_groups.h>
 
@@ -34,7 +34,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerCta = kWarps * 16;
 constexpr int kChunkTiles = 4;                    // K tiles of 128 per chunk
 constexpr int kChunkBlocks = kChunkTiles * 4;     // 16 blocks = 512 elements
-constexpr int kActRowBytes = kChunkBlocks * 32 + 32;  // int8 row + padding (bank-conflict free)
+constexpr int kActRowBytes = kChunkBlocks * 64 + 64;  // fp16 row + padding (conflict-free reads)
 constexpr int kMaxSplits = 8;                     // portable cluster size
 
 // Weights stream through a per-warp ring of shared-memory slots filled by cp.async, kStages - 1
@@ -119,20 +119,14 @@ __device__ __forceinline__ void copy_weight_tile(const GemmProblem& p, int64_t r
   hi = __reduce_max_sync(0xFFFFFFFFu, hi);
 }
 
-// Whether the block partials c * 2^(sa+sb-254) of a chunk can be accumulated in fp32 without
-// leaving its normal range: every scale finite and in [1, 254], the smallest nonzero partial
-// (c = 1/4) at least 2^-126 and the largest sum (2^20 blocks of |c| <= 1152) below 2^127.
+// Whether the block partials sum * 2^(sa+sb-256) of a tile (sum = 4 * dot, an integer, |sum| <=
+// 4608) can be accumulated in fp32 without leaving its normal range: every scale finite, the
+// factors 2^(sa-127) and 2^(sb-129) normal, the smallest nonzero partial at least 2^-126 and the
+// largest total (2^20 blocks) below 2^127.
 [[maybe_unused]] __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
                                                        uint32_t b_hi) {
-  return a_lo >= 1 && b_lo >= 1 && a_hi <= 254 && b_hi <= 254 && a_lo + b_lo >= 130 &&
+  return a_lo >= 1 && b_lo >= 3 && a_hi <= 254 && b_hi <= 254 && a_lo + b_lo >= 130 &&
          a_hi + b_hi <= 350;
-}
-
-// 2^(sa + sb - 254) as a double (the E8M0 pair's factor for an E2M1 block sum); NaN if either
-// byte is 0xFF.
-[[maybe_unused]] __device__ __forceinline__ double pair_scale(uint32_t sa, uint32_t sb) {
-  const uint32_t high = (sa == 0xFFu || sb == 0xFFu) ? 0x7FF80000u : ((sa + sb + 769u) << 20);
-  return __hiloint2double(static_cast<int>(high), 0);
 }
 
 // The activations of one chunk (rows [0, 8 * kNTiles), blocks [block0, block0 + 16)) held in
@@ -176,13 +170,13 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t b
 template <int kNTiles>
 struct Stage {
   static constexpr int kRows = 8 * kNTiles;
-  uint8_t* e4m3;     // [row][kActRowBytes]: the chunk's 16 blocks as FP8 e4m3, element order kept
+  uint8_t* values;   // [row][kActRowBytes]: the chunk's 16 blocks as fp16 2*E2M1, order kept
   uint8_t* scale;    // [row][16] E8M0 bytes
   float* factor;     // [block][row] 2^(scale - 127)
   uint32_t* range;   // [warp][2]: min and max scale byte over the chunk's existing blocks
   static constexpr int kBytes = kRows * (kActRowBytes + kChunkBlocks + 4 * kChunkBlocks) + 32;
   __device__ explicit Stage(uint8_t* base)
-      : e4m3(base),
+      : values(base),
         scale(base + kRows * kActRowBytes),
         factor(reinterpret_cast<float*>(base + kRows * (kActRowBytes + kChunkBlocks))),
         range(reinterpret_cast<uint32_t*>(base + kRows * (kActRowBytes + 5 * kChunkBlocks))) {}
@@ -196,11 +190,13 @@ __device__ __forceinline__ void store_activations(const ActivationChunk<kNTiles>
   for (int i = 0; i < kNTiles; ++i) {
     const int u = threadIdx.x + kThreads * i, row = u / kChunkBlocks, block = u % kChunkBlocks;
     const uint4 v = chunk.blocks[i];
-    uint4* dst = reinterpret_cast<uint4*>(stage.e4m3 + row * kActRowBytes + block * 32);
-    dst[0] = make_uint4(e2m1x4_to_e4m3x4(v.x & 0xFFFFu), e2m1x4_to_e4m3x4(v.x >> 16),
-                        e2m1x4_to_e4m3x4(v.y & 0xFFFFu), e2m1x4_to_e4m3x4(v.y >> 16));
-    dst[1] = make_uint4(e2m1x4_to_e4m3x4(v.z & 0xFFFFu), e2m1x4_to_e4m3x4(v.z >> 16),
-                        e2m1x4_to_e4m3x4(v.w & 0xFFFFu), e2m1x4_to_e4m3x4(v.w >> 16));
+    uint4* dst = reinterpret_cast<uint4*>(stage.values + row * kActRowBytes + block * 64);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint2 lo = e2m1x4_to_f16x4(words[q]), hi = e2m1x4_to_f16x4(words[q] >> 16);
+      dst[q] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
     const uint32_t s = chunk.scales[i] & 0xFFu;
     stage.scale[row * kChunkBlocks + block] = static_cast<uint8_t>(s);
     stage.factor[block * Stage<kNTiles>::kRows + row] = __uint_as_float(s << 23);
@@ -308,21 +304,31 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
     for (int j = 0; j < 4; ++j) {
       const int block = tile * 4 + j;  // relative to the first tile
       if (block < first_block || block >= last_block) continue;  // warp-uniform
-      const uint32_t a[4] = {e2m1x4_to_e4m3x4(words[0][j]), e2m1x4_to_e4m3x4(words[1][j]),
-                             e2m1x4_to_e4m3x4(words[0][j] >> 16),
-                             e2m1x4_to_e4m3x4(words[1][j] >> 16)};
+      // Weight rows g and g + 8, elements [8t, 8t + 8) of block j as fp16 2*E2M1: the first four
+      // feed the block's first k16 MMA, the last four its second (activations likewise).
+      const uint2 r0a = e2m1x4_to_f16x4(words[0][j]), r0b = e2m1x4_to_f16x4(words[0][j] >> 16);
+      const uint2 r1a = e2m1x4_to_f16x4(words[1][j]), r1b = e2m1x4_to_f16x4(words[1][j] >> 16);
+      const uint32_t a_first[4] = {r0a.x, r1a.x, r0a.y, r1a.y};
+      const uint32_t a_second[4] = {r0b.x, r1b.x, r0b.y, r1b.y};
       const uint32_t sb0 = __byte_perm(scales.x, 0, 0x4440 | j);
       const uint32_t sb1 = __byte_perm(scales.y, 0, 0x4440 | j);
       const int local_block = (tile & (kChunkTiles - 1)) * 4 + j;
+      // The MMAs give sum = 4 * (block dot product), exactly.
+      auto block_sum = [&](int nt, float (&sum)[4]) {
+        const uint4 v = *reinterpret_cast<const uint4*>(
+            act.values + (nt * 8 + g) * kActRowBytes + local_block * 64 + 16 * t);
+        const uint32_t b_first[2] = {v.x, v.y}, b_second[2] = {v.z, v.w};
+        sum[0] = sum[1] = sum[2] = sum[3] = 0.0f;
+        mma_f16_16x8x16(sum, a_first, b_first);
+        mma_f16_16x8x16(sum, a_second, b_second);
+      };
       if (use_fp32) {
-        const float fb0 = __uint_as_float(sb0 << 23), fb1 = __uint_as_float(sb1 << 23);
+        // fb carries the 1/4: sum * fa * fb = dot * 2^(sa + sb - 254).
+        const float fb0 = __uint_as_float((sb0 - 2) << 23), fb1 = __uint_as_float((sb1 - 2) << 23);
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          const uint2 b2 = *reinterpret_cast<const uint2*>(
-              act.e4m3 + (nt * 8 + g) * kActRowBytes + local_block * 32 + 8 * t);
-          const uint32_t b[2] = {b2.x, b2.y};
           float sum[4];
-          mma_e4m3_16x8x32(sum, a, b);
+          block_sum(nt, sum);
           // Accumulator i: weight row g (+8 for i >= 2), activation row 2t + (i & 1).
           const float2 fa =
               *reinterpret_cast<const float2*>(act.factor + local_block * kRows + nt * 8 + 2 * t);
@@ -334,18 +340,15 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
       } else {
 #pragma unroll 1
         for (int nt = 0; nt < kNTiles; ++nt) {
-          const uint2 b2 = *reinterpret_cast<const uint2*>(
-              act.e4m3 + (nt * 8 + g) * kActRowBytes + local_block * 32 + 8 * t);
-          const uint32_t b[2] = {b2.x, b2.y};
           float sum[4];
-          mma_e4m3_16x8x32(sum, a, b);
+          block_sum(nt, sum);
           const uint32_t sa0 = act.scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
           const uint32_t sa1 = act.scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
-          double* e = exact + nt * 4;
-          e[0] = fma(static_cast<double>(sum[0]), pair_scale(sa0, sb0), e[0]);
-          e[1] = fma(static_cast<double>(sum[1]), pair_scale(sa1, sb0), e[1]);
-          e[2] = fma(static_cast<double>(sum[2]), pair_scale(sa0, sb1), e[2]);
-          e[3] = fma(static_cast<double>(sum[3]), pair_scale(sa1, sb1), e[3]);
+          double* e = exact + nt * 4;  // block_scale: 2^(sa + sb - 256), NaN for 0xFF
+          e[0] = fma(static_cast<double>(sum[0]), block_scale(sa0, sb0), e[0]);
+          e[1] = fma(static_cast<double>(sum[1]), block_scale(sa1, sb0), e[1]);
+          e[2] = fma(static_cast<double>(sum[2]), block_scale(sa0, sb1), e[2]);
+          e[3] = fma(static_cast<double>(sum[3]), block_scale(sa1, sb1), e[3]);
         }
       }
     }
