@@ -38,7 +38,20 @@ __global__ void fill_kernel(uint8_t* data, size_t bytes, uint64_t seed, FillKind
   }
 }
 
+__global__ void copy_kernel(const uint4* src, uint4* dst, size_t count) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
+       i += size_t{gridDim.x} * blockDim.x)
+    dst[i] = src[i];
+}
+
 }  // namespace
+
+cudaError_t copy_with_kernel(const void* src, void* dst, size_t bytes, int sm_count,
+                             cudaStream_t stream) {
+  copy_kernel<<<sm_count * 8, 256, 0, stream>>>(static_cast<const uint4*>(src),
+                                                static_cast<uint4*>(dst), bytes / 16);
+  return cudaGetLastError();
+}
 
 cudaError_t fill_random(void* data, size_t bytes, uint64_t seed, FillKind kind,
                         cudaStream_t stream) {

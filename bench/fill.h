@@ -14,4 +14,9 @@ enum class FillKind { kBytes, kScales, kBf16, kE4m3 };
 cudaError_t fill_random(void* data, size_t bytes, uint64_t seed, FillKind kind,
                         cudaStream_t stream);
 
+// Copies bytes (a multiple of 16) with an SM kernel: the device-memory bandwidth a kernel can
+// reach (a cudaMemcpy inside a graph may run on the copy engines, which are slower).
+cudaError_t copy_with_kernel(const void* src, void* dst, size_t bytes, int sm_count,
+                             cudaStream_t stream);
+
 }  // namespace a4w4::bench
