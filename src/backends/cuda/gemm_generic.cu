@@ -61,18 +61,22 @@ __global__ void __launch_bounds__(kThreads) gemm_generic_kernel(GemmProblem p) {
   const int64_t splits = p.split_k > 0 ? p.split_k : 1;
 
   double total[2][4][4] = {}, partial[2][4][4] = {};
+  // A partition ends: fold its sum into the total, as the reference does.
+  auto fold_partition = [&] {
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          total[mi][ni][i] += partial[mi][ni][i];
+          partial[mi][ni][i] = 0.0;
+        }
+  };
   int64_t split = 0, boundary = blocks / splits;
   for (int64_t block = 0; block < blocks; ++block) {
-    if (block == boundary) {  // partition s ends: fold its sum in, as the reference does
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            total[mi][ni][i] += partial[mi][ni][i];
-            partial[mi][ni][i] = 0.0;
-          }
+    if (block == boundary) {
+      fold_partition();
       ++split;
       boundary = (split + 1) * blocks / splits;
     }
@@ -115,6 +119,7 @@ __global__ void __launch_bounds__(kThreads) gemm_generic_kernel(GemmProblem p) {
     }
     __syncthreads();
   }
+  fold_partition();
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -123,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) gemm_generic_kernel(GemmProblem p) {
       for (int i = 0; i < 4; ++i) {
         const int64_t m = m0 + warp_m + mi * 16 + g + (i >= 2 ? 8 : 0);
         const int64_t n = n0 + warp_n + ni * 8 + 2 * t + (i & 1);
-        if (m < p.m && n < p.n) store_output(p, m, n, total[mi][ni][i] + partial[mi][ni][i]);
+        if (m < p.m && n < p.n) store_output(p, m, n, total[mi][ni][i]);
       }
 }
 
