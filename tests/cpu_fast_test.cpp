@@ -602,17 +602,17 @@ TEST_F(CpuFast, SlowlyVaryingScalesMixIntegerAndDoubleChunks) {
       }
 }
 
-// The largest block sums (every element +-6) with scale spreads around the integer-chunk limit:
-// sums of 8 blocks shifted by up to 15 bits must not overflow int32, larger spreads must not be
-// summed in integers at all.
+// The largest block sums (every element +-6) with scale spreads around the integer-chunk limit of
+// the VNNI kernel (16 blocks, spread 14): sums of 16 blocks shifted by up to 14 bits must not
+// overflow int32, larger spreads must not be summed in integers at all.
 TEST_F(CpuFast, LargestSumsAtTheIntegerChunkLimit) {
-  for (int a_spread : {0, 7, 8, 14, 15, 16, 17, 24})
+  for (int a_spread : {0, 7, 8, 13, 14, 15, 16, 24})
     for (int b_spread : {0, 1, 8})
       for (uint8_t b_code : {uint8_t{0x77}, uint8_t{0xFF}}) {
         GemmCase c;
         c.m = 4;
         c.n = 32;
-        c.k = 512;
+        c.k = 1024;
         c.seed = 130;
         SCOPED_TRACE("spreads " + std::to_string(a_spread) + " + " + std::to_string(b_spread));
         GemmOperands o = make_operands(ctx_, c);
@@ -621,11 +621,11 @@ TEST_F(CpuFast, LargestSumsAtTheIntegerChunkLimit) {
         for (int64_t r = 0; r < c.m; ++r)
           for (int64_t blk = 0; blk < c.k / 32; ++blk)
             o.a.scales[static_cast<size_t>(r * o.a.scale_stride + blk)] =
-                static_cast<uint8_t>(100 + ((blk % 8 == 0) ? 0 : a_spread));
+                static_cast<uint8_t>(100 + ((blk % 16 == 0) ? 0 : a_spread));
         for (int64_t r = 0; r < c.n; ++r)
           for (int64_t blk = 0; blk < c.k / 32; ++blk)
             o.b.scales[static_cast<size_t>(r * o.b.scale_stride + blk)] =
-                static_cast<uint8_t>(120 + ((blk % 8 == 7) ? 0 : b_spread));
+                static_cast<uint8_t>(120 + ((blk % 16 == 15) ? 0 : b_spread));
         GemmCase ref = c;
         ref.threads = 1;
         const std::vector<uint8_t> want = run_gemm(ctx_, ref, o, "cpu.reference");

@@ -109,7 +109,8 @@ struct Workspace {
 };
 
 void run_tile(const GemmProblem& p, const Sizes& s, const PackedAView& a, MicroKernel micro,
-              int64_t tile, ThreadBuffers& buf, std::vector<uint8_t>& row_scratch) {
+              PackFourColumns pack_four, int64_t tile, ThreadBuffers& buf,
+              std::vector<uint8_t>& row_scratch) {
   const int64_t col_tile = tile % s.col_tiles, row_chunk = tile / s.col_tiles;
   const int64_t first_panel = col_tile * s.tile_panels;
   const int64_t panels = std::min(s.tile_panels, s.panels_total - first_panel);
@@ -121,7 +122,7 @@ void run_tile(const GemmProblem& p, const Sizes& s, const PackedAView& a, MicroK
     pack_b_panel(p.b, p.n, s.blocks, (first_panel + pi) * kPanelCols,
                  buf.b_values + pi * s.blocks * kPanelBlockBytes,
                  buf.b_scale + pi * s.blocks * kPanelCols,
-                 buf.b_scale_bytes + pi * s.blocks * kPanelCols, row_scratch);
+                 buf.b_scale_bytes + pi * s.blocks * kPanelCols, row_scratch, pack_four);
 
   for (int64_t g0 = group_begin; g0 < group_end; g0 += kMcGroups) {
     const int64_t groups = std::min(kMcGroups, group_end - g0);
@@ -166,7 +167,8 @@ void run_tile(const GemmProblem& p, const Sizes& s, const PackedAView& a, MicroK
 
 }  // namespace
 
-void run_blocked_gemm(const GemmProblem& p, const ExecConfig& exec, MicroKernel micro) {
+void run_blocked_gemm(const GemmProblem& p, const ExecConfig& exec, MicroKernel micro,
+                      PackFourColumns pack_four) {
   const int threads = std::max(1, exec.num_threads);
   Sizes s{};
   s.blocks = p.k / numerics::kBlockSize;
@@ -204,7 +206,7 @@ void run_blocked_gemm(const GemmProblem& p, const ExecConfig& exec, MicroKernel 
     const auto t = static_cast<size_t>(omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t tile = 0; tile < tiles; ++tile)
-      run_tile(p, s, a, micro, tile, ws.threads[t], row_scratch[t]);
+      run_tile(p, s, a, micro, pack_four, tile, ws.threads[t], row_scratch[t]);
   }
 }
 

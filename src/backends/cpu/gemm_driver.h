@@ -33,11 +33,14 @@ struct MicroTile {
 
 using MicroKernel = void (*)(const MicroTile& tile);
 
-void run_blocked_gemm(const GemmProblem& problem, const ExecConfig& exec, MicroKernel micro);
+// `pack_four`: the ISA's fast B packer (pack.h), or null for the portable one.
+void run_blocked_gemm(const GemmProblem& problem, const ExecConfig& exec, MicroKernel micro,
+                      PackFourColumns pack_four = nullptr);
 
 // The micro-kernels, one per ISA family.
 void micro_kernel_scalar(const MicroTile& tile);
 void micro_kernel_avx2(const MicroTile& tile);
 void micro_kernel_avx512_vnni(const MicroTile& tile);
+void pack_four_columns_avx512(const uint8_t* const rows[4], int64_t blocks, uint8_t* values);
 
 }  // namespace a4w4::cpu

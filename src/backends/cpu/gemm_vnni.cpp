@@ -4,10 +4,10 @@
 // exact dot product isum (|isum| <= 4608 < 2^13).
 //
 // Scale-and-accumulate, exactly: converting every block's isum to double costs about as much as
-// the dot product itself, so blocks are taken in chunks of up to kChunk = 8. When the chunk's
-// scale bytes vary little (spread of A's 4 rows + spread of the panel's 32 columns <= 15, and no
+// the dot product itself, so blocks are taken in chunks of up to kChunk = 16. When the chunk's
+// scale bytes vary little (spread of A's 4 rows + spread of the panel's 32 columns <= 14, and no
 // NaN byte), each isum is shifted left by (sa - min sa) + (sb - min sb) and summed in int32: at
-// most 8 * 4608 * 2^15 < 2^31, so the chunk's sum is exact, and it reaches the double accumulator
+// most 16 * 4608 * 2^14 < 2^31, so the chunk's sum is exact, and it reaches the double accumulator
 // as one exact product double(sum) * 2^(min sa - 128) * 2^(min sb - 128) added with one rounding.
 // Otherwise (wide scale spreads, NaN scales) the chunk goes block by block in double, each exact
 // partial added with one rounding, as the reference does. Either way every addition to the double
@@ -26,8 +26,8 @@ namespace {
 #define A4W4_TARGET_AVX512_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
 
-constexpr int kChunk = 8;
-constexpr int kMaxShift = 15;  // kChunk * 4608 * 2^15 < 2^31
+constexpr int kChunk = 16;
+constexpr int kMaxShift = 14;  // kChunk * 4608 * 2^14 < 2^31
 
 // The block's 8 vectors of int32 sums (row i, columns 16h .. 16h+15), bias correction included.
 A4W4_TARGET_AVX512_VNNI inline void block_sums(const int8_t* a, const uint8_t* b,
@@ -99,6 +99,16 @@ A4W4_TARGET_AVX512_VNNI void micro_kernel_avx512_vnni(const MicroTile& t) {
       // Integer chunk: isum << ((sa - min sa) + (sb - min sb)), summed exactly in int32.
       alignas(16) uint8_t a_min_bytes[16];
       _mm_store_si128(reinterpret_cast<__m128i*>(a_min_bytes), a_min);
+      // sa - min sa for the chunk's [block][row], as int32 (broadcast from memory below).
+      static_assert(kChunk * kGroupRows == 64, "one zmm of A scale bytes per chunk");
+      alignas(64) int32_t da[kChunk * kGroupRows];
+      const __mmask64 chunk_bytes =
+          blocks == kChunk ? ~__mmask64{0} : (__mmask64{1} << (blocks * kGroupRows)) - 1;
+      const __m512i a_bytes = _mm512_sub_epi8(_mm512_maskz_loadu_epi8(chunk_bytes, sab),
+                                              _mm512_broadcastd_epi32(a_min));
+      for (int q = 0; q < 4; ++q)
+        _mm512_store_si512(da + 16 * q,
+                           _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(a_bytes, q)));
       __m512i chunk[4][2];
       for (auto& row : chunk) row[0] = row[1] = _mm512_setzero_si512();
       for (int c = 0; c < blocks; ++c) {
@@ -111,11 +121,11 @@ A4W4_TARGET_AVX512_VNNI void micro_kernel_avx512_vnni(const MicroTile& t) {
         const __m512i db_lo = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(db));
         const __m512i db_hi = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(db, 1));
         for (int i = 0; i < 4; ++i) {
-          const __m512i da = _mm512_set1_epi32(sab[c * kGroupRows + i] - a_min_bytes[i]);
+          const __m512i shift_a = _mm512_set1_epi32(da[c * kGroupRows + i]);
           chunk[i][0] = _mm512_add_epi32(
-              chunk[i][0], _mm512_sllv_epi32(isum[i][0], _mm512_add_epi32(db_lo, da)));
+              chunk[i][0], _mm512_sllv_epi32(isum[i][0], _mm512_add_epi32(db_lo, shift_a)));
           chunk[i][1] = _mm512_add_epi32(
-              chunk[i][1], _mm512_sllv_epi32(isum[i][1], _mm512_add_epi32(db_hi, da)));
+              chunk[i][1], _mm512_sllv_epi32(isum[i][1], _mm512_add_epi32(db_hi, shift_a)));
         }
       }
       // 2^(min sb - 128) per column, built in the exponent field (min sb < 255 here).
@@ -150,12 +160,56 @@ A4W4_TARGET_AVX512_VNNI void micro_kernel_avx512_vnni(const MicroTile& t) {
   }
 }
 
+// B packing: four columns (rows of B) per zmm, one 128-bit lane each. vpermb decodes both nibbles
+// (16-entry table repeated, so the high index bits need no masking), byte unpacks restore element
+// order (quads 0-3 in the low unpack, 4-7 in the high one), and one vpermd per half transposes
+// [column][quad] to [quad][column]: 16 contiguous bytes per quad, stored at their panel offsets.
+A4W4_TARGET_AVX512_VNNI __attribute__((target("avx512vbmi"))) void pack_four_columns_avx512(
+    const uint8_t* const rows[4], int64_t blocks, uint8_t* values) {
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1Biased.data())));
+  const __m512i to_quad_major =
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    __m512i x = _mm512_castsi128_si512(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[0] + blk * 16)));
+    x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[1] + blk * 16)),
+                           1);
+    x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2] + blk * 16)),
+                           2);
+    x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[3] + blk * 16)),
+                           3);
+    const __m512i lo = _mm512_permutexvar_epi8(x, table);
+    const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(x, 4), table);
+    const __m512i quads_0_3 = _mm512_permutexvar_epi32(to_quad_major, _mm512_unpacklo_epi8(lo, hi));
+    const __m512i quads_4_7 = _mm512_permutexvar_epi32(to_quad_major, _mm512_unpackhi_epi8(lo, hi));
+    uint8_t* out = values + blk * kPanelBlockBytes;
+    constexpr int kQuadStride = kPanelCols * 4;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 0 * kQuadStride),
+                     _mm512_extracti32x4_epi32(quads_0_3, 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 1 * kQuadStride),
+                     _mm512_extracti32x4_epi32(quads_0_3, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * kQuadStride),
+                     _mm512_extracti32x4_epi32(quads_0_3, 2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * kQuadStride),
+                     _mm512_extracti32x4_epi32(quads_0_3, 3));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4 * kQuadStride),
+                     _mm512_extracti32x4_epi32(quads_4_7, 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 5 * kQuadStride),
+                     _mm512_extracti32x4_epi32(quads_4_7, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 6 * kQuadStride),
+                     _mm512_extracti32x4_epi32(quads_4_7, 2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 7 * kQuadStride),
+                     _mm512_extracti32x4_epi32(quads_4_7, 3));
+  }
+}
+
 std::string gemm_avx512_vnni_why_not(const GemmProblem&) {
   return isa_supported(Isa::kAvx512Vnni) ? std::string() : "the CPU lacks AVX-512 VNNI";
 }
 
 void gemm_avx512_vnni(const GemmProblem& problem, const ExecConfig& exec) {
-  run_blocked_gemm(problem, exec, micro_kernel_avx512_vnni);
+  run_blocked_gemm(problem, exec, micro_kernel_avx512_vnni, pack_four_columns_avx512);
 }
 
 }  // namespace a4w4::cpu

@@ -154,46 +154,62 @@ A4W4_TARGET_GEMV inline void four_blocks(const GemvArgs& g, const uint8_t* const
   }
 }
 
-template <int kM>
-A4W4_TARGET_GEMV void gemv_four_rows(const GemvArgs& g, int64_t n0) {
+// Rows n0 .. n0 + 4 * kQuads - 1: kQuads independent row quads per step, so their dependency
+// chains (load, decode, dot, reduce, convert, add) overlap.
+template <int kM, int kQuads>
+A4W4_TARGET_GEMV void gemv_rows(const GemvArgs& g, int64_t n0) {
   const GemmProblem& p = *g.p;
-  const uint8_t* brow[4];
-  const uint8_t* srow[4];
-  for (int r = 0; r < 4; ++r) {
-    const int64_t n = std::min(n0 + r, p.n - 1);  // past the end: repeat the last row, discarded
-    brow[r] = p.b.data + n * p.b.stride_bytes;
-    srow[r] = p.b.scale + n * p.b.scale_stride;
+  const uint8_t* brow[kQuads][4];
+  const uint8_t* srow[kQuads][4];
+  for (int qd = 0; qd < kQuads; ++qd)
+    for (int r = 0; r < 4; ++r) {
+      // Past the end: repeat the last row, computed and discarded.
+      const int64_t n = std::min<int64_t>(n0 + 4 * qd + r, p.n - 1);
+      brow[qd][r] = p.b.data + n * p.b.stride_bytes;
+      srow[qd][r] = p.b.scale + n * p.b.scale_stride;
+    }
+  __m256d total[kQuads][kM];
+  __m128i scale_max[kQuads];
+  for (int qd = 0; qd < kQuads; ++qd) {
+    for (auto& t : total[qd]) t = _mm256_setzero_pd();
+    scale_max[qd] = _mm_setzero_si128();
   }
-  __m256d total[kM];
-  for (auto& t : total) t = _mm256_setzero_pd();
-  __m128i scale_max = _mm_setzero_si128();
   for (int64_t part = 0; part < g.splits; ++part) {
     const int64_t b_begin = part * g.blocks / g.splits, b_end = (part + 1) * g.blocks / g.splits;
-    __m256d partial[kM];
-    for (auto& t : partial) t = _mm256_setzero_pd();
+    __m256d partial[kQuads][kM];
+    for (auto& pq : partial)
+      for (auto& t : pq) t = _mm256_setzero_pd();
     int64_t b = b_begin;
-    for (; b + 4 <= b_end; b += 4) four_blocks<kM, true>(g, brow, srow, b, 4, partial, scale_max);
+    for (; b + 4 <= b_end; b += 4)
+      for (int qd = 0; qd < kQuads; ++qd)
+        four_blocks<kM, true>(g, brow[qd], srow[qd], b, 4, partial[qd], scale_max[qd]);
     if (b < b_end)
-      four_blocks<kM, false>(g, brow, srow, b, static_cast<int>(b_end - b), partial, scale_max);
-    for (int m = 0; m < kM; ++m) total[m] = _mm256_add_pd(total[m], partial[m]);
+      for (int qd = 0; qd < kQuads; ++qd)
+        four_blocks<kM, false>(g, brow[qd], srow[qd], b, static_cast<int>(b_end - b), partial[qd],
+                               scale_max[qd]);
+    for (int qd = 0; qd < kQuads; ++qd)
+      for (int m = 0; m < kM; ++m) total[qd][m] = _mm256_add_pd(total[qd][m], partial[qd][m]);
   }
 
-  alignas(16) uint8_t max_bytes[16];
-  _mm_store_si128(reinterpret_cast<__m128i*>(max_bytes), scale_max);
-  alignas(32) double sums[kM][4];
-  for (int m = 0; m < kM; ++m) _mm256_store_pd(sums[m], total[m]);
-  for (int r = 0; r < 4 && n0 + r < p.n; ++r) {
-    const bool b_nan = std::find(max_bytes + 4 * r, max_bytes + 4 * r + 4, numerics::kScaleNaN) !=
-                       max_bytes + 4 * r + 4;
-    for (int m = 0; m < kM; ++m)
-      g.out[m * p.n + n0 + r] =
-          (b_nan || g.a->nan[m]) ? std::numeric_limits<double>::quiet_NaN() : sums[m][r];
+  for (int qd = 0; qd < kQuads; ++qd) {
+    alignas(16) uint8_t max_bytes[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(max_bytes), scale_max[qd]);
+    alignas(32) double sums[kM][4];
+    for (int m = 0; m < kM; ++m) _mm256_store_pd(sums[m], total[qd][m]);
+    for (int r = 0; r < 4 && n0 + 4 * qd + r < p.n; ++r) {
+      const bool b_nan = std::find(max_bytes + 4 * r, max_bytes + 4 * r + 4, numerics::kScaleNaN) !=
+                         max_bytes + 4 * r + 4;
+      for (int m = 0; m < kM; ++m)
+        g.out[m * p.n + n0 + 4 * qd + r] =
+            (b_nan || g.a->nan[m]) ? std::numeric_limits<double>::quiet_NaN() : sums[m][r];
+    }
   }
 }
 
-using RowQuadKernel = void (*)(const GemvArgs&, int64_t);
-constexpr RowQuadKernel kRowQuadKernels[kMaxRows] = {gemv_four_rows<1>, gemv_four_rows<2>,
-                                                     gemv_four_rows<3>, gemv_four_rows<4>};
+constexpr int kStepQuads = 2;  // row quads per step
+using RowKernel = void (*)(const GemvArgs&, int64_t);
+constexpr RowKernel kRowKernels[kMaxRows] = {gemv_rows<1, kStepQuads>, gemv_rows<2, kStepQuads>,
+                                             gemv_rows<3, kStepQuads>, gemv_rows<4, kStepQuads>};
 
 }  // namespace
 
@@ -211,11 +227,14 @@ void gemv_avx512_vnni(const GemmProblem& p, const ExecConfig& exec) {
   split_a(p, blocks, a);
   std::vector<double> out(static_cast<size_t>(p.m * p.n));
   const GemvArgs args{&p, &a, blocks, std::max<int64_t>(p.split_k, 1), out.data()};
-  const int64_t quads = (p.n + 3) / 4;
+  constexpr int64_t kStepRows = 4 * kStepQuads;
+  const int64_t steps = (p.n + kStepRows - 1) / kStepRows;
 #pragma omp parallel num_threads(std::max(1, exec.num_threads))
   {
-#pragma omp for schedule(static)
-    for (int64_t q = 0; q < quads; ++q) kRowQuadKernels[p.m - 1](args, q * 4);
+    // Chunks of 16 steps (512 KiB of B at K = 8192), handed out dynamically so that a thread
+    // slowed down by other work does not hold the others up.
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t step = 0; step < steps; ++step) kRowKernels[p.m - 1](args, step * kStepRows);
       // The epilogue runs here, in code compiled without FMA contraction, as in the reference.
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < p.n; ++n)

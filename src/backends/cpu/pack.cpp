@@ -60,7 +60,7 @@ void pack_a_group(const PackedOperand& a, int64_t rows, int64_t blocks, int64_t 
 
 void pack_b_panel(const PackedOperand& b, int64_t rows, int64_t blocks, int64_t first_col,
                   uint8_t* values, double* scale, uint8_t* scale_bytes,
-                  std::vector<uint8_t>& row_scratch) {
+                  std::vector<uint8_t>& row_scratch, PackFourColumns pack_four) {
   for (int j = 0; j < kPanelCols; ++j) {
     const int64_t row = first_col + j;
     if (row >= rows) {  // padding column: biased zeros, the scales of the last real column
@@ -72,14 +72,24 @@ void pack_b_panel(const PackedOperand& b, int64_t rows, int64_t blocks, int64_t 
       }
       continue;
     }
+    // Four whole plain columns at once through the ISA's packer, when it has one.
+    if (pack_four != nullptr && j % 4 == 0 && row + 3 < rows && b.layout == A4W4_LAYOUT_PLAIN) {
+      const uint8_t* four[4];
+      for (int c = 0; c < 4; ++c) four[c] = b.data + (row + c) * b.stride_bytes;
+      pack_four(four, blocks, values + j * 4);
+    }
+    const bool values_done =
+        pack_four != nullptr && row - j % 4 + 3 < rows && b.layout == A4W4_LAYOUT_PLAIN;
     const PlainRow src = plain_row(b, row, blocks, row_scratch);
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      const uint8_t* in = src.bytes + blk * 16;
-      uint8_t* out = values + blk * kPanelBlockBytes + j * 4;
-      for (int q = 0; q < kQuads; ++q) {
-        const uint32_t quad =
-            kBiasedPair[in[2 * q]] | static_cast<uint32_t>(kBiasedPair[in[2 * q + 1]]) << 16;
-        std::memcpy(out + q * kPanelCols * 4, &quad, 4);
+      if (!values_done) {
+        const uint8_t* in = src.bytes + blk * 16;
+        uint8_t* out = values + blk * kPanelBlockBytes + j * 4;
+        for (int q = 0; q < kQuads; ++q) {
+          const uint32_t quad =
+              kBiasedPair[in[2 * q]] | static_cast<uint32_t>(kBiasedPair[in[2 * q + 1]]) << 16;
+          std::memcpy(out + q * kPanelCols * 4, &quad, 4);
+        }
       }
       const uint8_t sb = src.scales[blk * src.scale_step];
       scale[blk * kPanelCols + j] = kHalfScale[sb];

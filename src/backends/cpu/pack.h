@@ -45,11 +45,17 @@ struct PackedBView {
 void pack_a_group(const PackedOperand& a, int64_t rows, int64_t blocks, int64_t group,
                   int8_t* values, int32_t* corr, double* scale, uint8_t* scale_bytes);
 
+// An ISA's fast path for the values of four consecutive plain columns: rows[c] is B's row (packed
+// bytes) for column c; writes the columns' 4-byte quads of every block into `values` (the panel's
+// values at the first of the four columns).
+using PackFourColumns = void (*)(const uint8_t* const rows[4], int64_t blocks, uint8_t* values);
+
 // Packs columns [first_col, first_col + kPanelCols) of B (plain or prepared), rows beyond `rows`
-// padded. `row_scratch` holds K/2 bytes (used for prepared layouts).
+// padded. `row_scratch` holds K/2 + K/32 bytes (used for prepared layouts). `pack_four`, when not
+// null, packs the values of whole groups of four plain columns.
 void pack_b_panel(const PackedOperand& b, int64_t rows, int64_t blocks, int64_t first_col,
                   uint8_t* values, double* scale, uint8_t* scale_bytes,
-                  std::vector<uint8_t>& row_scratch);
+                  std::vector<uint8_t>& row_scratch, PackFourColumns pack_four = nullptr);
 
 // Row `row` of a packed E2M1 operand as plain packed bytes (K/2) and its scale bytes: pointers into
 // the operand for the plain layout, or gathered into the scratch buffers for a prepared one.
