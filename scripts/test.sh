@@ -32,6 +32,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DA4W4_BUILD_FUZZERS=ON \
   -DA4W4_BUILD_TESTS=OFF -DA4W4_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j"$jobs" --target npy_fuzzer
 mkdir -p build-fuzz/corpus-npy
-build-fuzz/fuzz/npy_fuzzer -max_total_time=60 -print_final_stats=1 build-fuzz/corpus-npy \
+build-fuzz/fuzz/npy_fuzzer -max_total_time=60 -print_final_stats=1 -dict=fuzz/npy.dict \
+  build-fuzz/corpus-npy \
   fuzz/corpus/npy
 echo "=== all tests passed ==="
