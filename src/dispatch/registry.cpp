@@ -13,7 +13,8 @@ namespace {
 std::string always_applicable(const GemmProblem&) { return {}; }
 
 // In order of preference: dispatch takes the first one that applies. The fast CPU kernels come
-// before cpu.reference (the oracle, still selectable by name); they are bit-identical to it.
+// before cpu.reference (the oracle, still selectable by name; docs/cpu-backend.md says how they
+// compare with it).
 constexpr std::array kGemmKernels = {
     GemmKernel{"cpu.gemv_avx512vnni", A4W4_BACKEND_CPU, cpu::gemv_avx512_vnni_why_not,
                cpu::gemv_avx512_vnni},

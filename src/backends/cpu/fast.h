@@ -1,6 +1,8 @@
-// The fast CPU kernels (issue 7), as the registry and the API see them. Each GEMM kernel is
-// bit-identical to cpu.reference (docs/cpu-backend.md); each applies only where the CPU has its
-// instruction set (cpu_features.h), which `why_not` reports.
+// The fast CPU kernels (issue 7), as the registry and the API see them. Each GEMM kernel adds only
+// exact block partials (or exact sums of them) to a double accumulator: bit-identical to
+// cpu.reference wherever the reference's own double sum is exact, within its error bound
+// elsewhere (docs/cpu-backend.md). Each applies only where the CPU has its instruction set
+// (cpu_features.h), which `why_not` reports.
 #pragma once
 
 #include <string>

@@ -1,18 +1,30 @@
-// GEMV path for M <= 4 (decode-time matrix-vector products): memory-bound, so B is streamed once
-// in its packed FP4 form and decoded in registers, with no packing pass. AVX-512 VNNI + VBMI.
+// GEMV path for M <= 4 (decode-time matrix-vector products): memory-bound, so B is streamed once,
+// two neighbouring rows at a time (nearly a linear read, which the prefetchers follow; the rows
+// share A's loads), in its packed FP4 form and decoded in registers, with no packing pass.
+// AVX-512 VNNI + VBMI.
 //
-// Four rows of B are processed together, four blocks (64 bytes of each row) at a time. vpermb
-// decodes both nibbles of 64 bytes to biased int8 through a 16-entry table repeated 4 times (so
-// the high bits of the index need no masking), vpdpbusd multiplies them by the matching even and
-// odd elements of A (pre-split per block), and a 4x4 transpose-and-add turns the 16 int32 lanes
-// (4 partial sums per block) into the 16 block sums [block][row]. Those become exact doubles
-// isum * 2^(sa + sb - 256) (the scale built directly in the exponent field; NaN scales are
-// handled once per row, below) and are added to each row's accumulator one block after the
-// other, in K order. So, like every CPU kernel, the result is bit-identical to cpu.reference.
-#include <omp.h>
+// Per step, 64 bytes (4 blocks) of a row of B: vpermb decodes both nibbles to biased int8
+// through a 16-entry table repeated 4 times (so the high bits of the index need no masking), and
+// vpdpbusd multiplies them by the matching even and odd elements of A (pre-split per block): each
+// 128-bit lane j of the result holds 4 int32 partial sums whose total is block j's exact dot
+// product isum.
+//
+// Accumulation, exactly (as in gemm_vnni.cpp): blocks go in chunks of up to 64. When, over a
+// chunk, (max - min of the A row's scale bytes) + (max - min of the B row's) <= 12 and no scale
+// byte is 0xFF, every partial-sum lane is shifted left by (sa - min sa) + (sb - min sb) and
+// accumulated in int32 without being reduced; once per chunk the 16 lanes are added up. The
+// true chunk sum is below 64 * 4608 * 2^12 < 2^31, and int32 arithmetic is exact modulo 2^32, so
+// the sum is exact; it reaches the row's double accumulator as one exact product
+// sum * 2^(min sa - 128) * 2^(min sb - 128), with one rounding. Other chunks go block by block,
+// each exact partial isum * 2^(sa - 128) * 2^(sb - 128) added in K order, as the reference does.
+// So the result is within the reference's error bound, and bit-identical to it whenever the
+// reference's double sum is exact. NaN scales are handled once per row.
 #include "backends/cpu/x86_intrinsics.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -26,25 +38,39 @@
 namespace a4w4::cpu {
 namespace {
 
-constexpr int64_t kMaxRows = 4;  // M <= 4
+constexpr int64_t kMaxRows = 4;   // M <= 4
+constexpr int kChunkBlocks = 64;  // blocks per integer chunk
+constexpr int kMaxShift = 12;     // 64 * 4608 * 2^12 < 2^31
 
-// A split into what the kernel loads: per row, for each block, the 16 even and the 16 odd elements
-// (signed 2*E2M1), the correction -12 * sum(2a) in lane 0 of 4, and sa + 1023 - 256 four times
-// (added to sb and shifted into a double's exponent field it gives 2^(sa + sb - 256)).
+// One chunk of blocks [begin, begin + count) and what the kernel needs of A for it.
+struct Chunk {
+  int64_t begin;
+  int count;
+  bool last_of_partition;
+  bool integer_ok;  // A's scale spread leaves room and A has no NaN scale here
+  int a_spread;
+  uint8_t a_min[kMaxRows];
+  alignas(64) uint8_t a_shift[kMaxRows][kChunkBlocks];  // sa - min sa, per block of the chunk
+};
+
+// A split into what the kernel loads: per row and block, the 16 even and the 16 odd elements
+// (signed 2*E2M1) and the correction -12 * sum(2a) in lane 0 of 4; the scale bytes; the chunks
+// (split-K partitions cut into pieces of up to kChunkBlocks blocks).
 struct GemvA {
   int64_t m;
   std::vector<int8_t> even, odd;  // [m][blocks * 16]
   std::vector<int32_t> corr;      // [m][blocks * 4]
-  std::vector<int64_t> exponent;  // [m][blocks * 4]
+  std::vector<uint8_t> scale;     // [m][blocks]
+  std::vector<Chunk> chunks;
   bool nan[kMaxRows];
 };
 
-void split_a(const GemmProblem& p, int64_t blocks, GemvA& a) {
+void split_a(const GemmProblem& p, int64_t blocks, int64_t splits, GemvA& a) {
   a.m = p.m;
   a.even.assign(static_cast<size_t>(p.m * blocks * 16), 0);
   a.odd.assign(a.even.size(), 0);
   a.corr.assign(static_cast<size_t>(p.m * blocks * 4), 0);
-  a.exponent.assign(a.corr.size(), 0);
+  a.scale.assign(static_cast<size_t>(p.m * blocks), 0);
   for (int64_t m = 0; m < p.m; ++m) {
     const uint8_t* row = p.a.data + m * p.a.stride_bytes;
     const uint8_t* sa = p.a.scale + m * p.a.scale_stride;
@@ -58,8 +84,30 @@ void split_a(const GemmProblem& p, int64_t blocks, GemvA& a) {
         sum += kDoubledPairSum[byte];
       }
       a.corr[(m * blocks + b) * 4] = -kBBias * sum;
-      for (int r = 0; r < 4; ++r) a.exponent[(m * blocks + b) * 4 + r] = sa[b] + 1023 - 256;
+      a.scale[m * blocks + b] = sa[b];
       a.nan[m] = a.nan[m] || sa[b] == numerics::kScaleNaN;
+    }
+  }
+  a.chunks.clear();
+  for (int64_t part = 0; part < splits; ++part) {
+    // Split-K partition `part` covers blocks [part*B/splits, (part+1)*B/splits).
+    const int64_t b_begin = part * blocks / splits, b_end = (part + 1) * blocks / splits;
+    for (int64_t c0 = b_begin; c0 < b_end; c0 += kChunkBlocks) {
+      Chunk c{};
+      c.begin = c0;
+      c.count = static_cast<int>(std::min<int64_t>(kChunkBlocks, b_end - c0));
+      c.last_of_partition = c0 + kChunkBlocks >= b_end;
+      c.integer_ok = true;
+      for (int64_t m = 0; m < p.m; ++m) {
+        const uint8_t* sa = a.scale.data() + m * blocks + c0;
+        const auto [lo, hi] = std::minmax_element(sa, sa + c.count);
+        c.a_min[m] = *lo;
+        c.a_spread = std::max(c.a_spread, *hi - *lo);
+        c.integer_ok = c.integer_ok && *hi != numerics::kScaleNaN;
+        for (int i = 0; i < c.count; ++i) c.a_shift[m][i] = static_cast<uint8_t>(sa[i] - *lo);
+      }
+      c.integer_ok = c.integer_ok && c.a_spread <= kMaxShift;
+      a.chunks.push_back(c);
     }
   }
 }
@@ -67,149 +115,233 @@ void split_a(const GemmProblem& p, int64_t blocks, GemvA& a) {
 struct GemvArgs {
   const GemmProblem* p;
   const GemvA* a;
-  int64_t blocks, splits;
+  int64_t blocks;
   double* out;  // [m][n] block-partial sums (NaN where the contract says so)
 };
+
+// kShiftIndex[s] picks, for the int32 lane (block j, part l) of step s of a chunk, byte 4s + j of
+// the chunk's per-block shift bytes (used with a zeroing mask that keeps byte 0 of each dword, so
+// the pick is zero-extended to the lane).
+alignas(64) constexpr auto kShiftIndex = [] {
+  std::array<std::array<uint8_t, 64>, kChunkBlocks / 4> t{};
+  for (int s = 0; s < kChunkBlocks / 4; ++s)
+    for (int byte = 0; byte < 64; ++byte) t[s][byte] = static_cast<uint8_t>(4 * s + byte / 16);
+  return t;
+}();
+constexpr __mmask64 kDwordLowBytes = 0x1111111111111111ull;
 
 #define A4W4_TARGET_GEMV \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
 
-// Sums the int32 lanes of x[r] within each 128-bit lane j: result lane 4j + r.
-A4W4_TARGET_GEMV inline __m512i block_sums(const __m512i x[4]) {
-  const __m512i s01 =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(x[0], x[1]), _mm512_unpackhi_epi32(x[0], x[1]));
-  const __m512i s23 =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(x[2], x[3]), _mm512_unpackhi_epi32(x[2], x[3]));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+// Blocks b .. b + nb - 1 (nb <= 4) of one row of B decoded to biased int8 (even elements in lo,
+// odd ones in hi; missing blocks decode as zeros), and the masks of the loads.
+struct Decoded {
+  __m512i lo, hi;
+  __mmask64 byte_mask;
+  __mmask16 dword_mask;
+};
+
+A4W4_TARGET_GEMV inline Decoded decode(const uint8_t* brow, int64_t b, int nb) {
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1Biased.data())));
+  Decoded d;
+  d.byte_mask = nb == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * nb)) - 1;
+  d.dword_mask = static_cast<__mmask16>(nb == 4 ? 0xFFFF : (1u << (4 * nb)) - 1);
+  const __m512i x = _mm512_maskz_loadu_epi8(d.byte_mask, brow + b * 16);
+  d.lo = _mm512_permutexvar_epi8(x, table);
+  d.hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(x, 4), table);
+  return d;
 }
 
-// Up to 4 blocks starting at block b of the four rows, added to partial[m] (m < kM) in K order.
-// kFull: all 4 blocks exist (plain loads); otherwise missing blocks load as zeros and add exact
-// +0.0, which never changes a sum.
-template <int kM, bool kFull>
-A4W4_TARGET_GEMV inline void four_blocks(const GemvArgs& g, const uint8_t* const brow[4],
-                                         const uint8_t* const srow[4], int64_t b, int nb,
-                                         __m256d partial[kM], __m128i& scale_max) {
+// The 4 int32 partial sums per block (lane 4j + l) against A row m, correction included.
+A4W4_TARGET_GEMV inline __m512i dot(const GemvArgs& g, const Decoded& d, int64_t m, int64_t b) {
+  const GemvA& a = *g.a;
+  const int64_t base = m * g.blocks + b;
+  const __m512i even = _mm512_maskz_loadu_epi8(d.byte_mask, a.even.data() + base * 16);
+  const __m512i odd = _mm512_maskz_loadu_epi8(d.byte_mask, a.odd.data() + base * 16);
+  const __m512i corr = _mm512_maskz_loadu_epi32(d.dword_mask, a.corr.data() + base * 4);
+  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, d.lo, even), d.hi, odd);
+}
+
+// Mask of the first `count` (<= 64) bytes.
+inline __mmask64 first_bytes(int count) {
+  return count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
+}
+
+// Min and max of the first `count` bytes at p (count <= 64).
+A4W4_TARGET_GEMV inline void min_max(const uint8_t* p, int count, int& lo, int& hi) {
+  const __mmask64 mask = first_bytes(count);
+  // Both in one min: max(v) = 255 - min(255 - v); missing bytes read as 0xFF in both halves.
+  const __m512i v = _mm512_mask_loadu_epi8(_mm512_set1_epi8(-1), mask, p);
+  const __m512i inverted = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, p), _mm512_set1_epi8(-1));
+  const __m512i both =
+      _mm512_min_epu8(_mm512_unpacklo_epi64(v, inverted), _mm512_unpackhi_epi64(v, inverted));
+  __m256i t = _mm256_min_epu8(_mm512_castsi512_si256(both), _mm512_extracti64x4_epi64(both, 1));
+  t = _mm256_min_epu8(t, _mm256_permute2x128_si256(t, t, 1));
+  // Now qword 0 holds 8 candidates for the min, qword 1 for 255 - max.
+  t = _mm256_min_epu8(t, _mm256_srli_epi64(t, 32));
+  t = _mm256_min_epu8(t, _mm256_srli_epi64(t, 16));
+  t = _mm256_min_epu8(t, _mm256_srli_epi64(t, 8));
+  const __m128i r = _mm256_castsi256_si128(t);
+  lo = _mm_extract_epi8(r, 0);
+  hi = 255 - _mm_extract_epi8(r, 8);
+}
+
+// The steps of a whole integer chunk for kR rows of B at once (A's loads shared), unrolled: no
+// masks, constant offsets.
+template <int kM, int kR>
+A4W4_TARGET_GEMV inline void full_integer_chunk(const GemvArgs& g, const uint8_t* const brow[kR],
+                                                int64_t c0, const __m512i shifts[kR][kM],
+                                                __m512i acc[kR][kM]) {
   const GemvA& a = *g.a;
   const __m512i table =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1Biased.data())));
-  const __m128i to_block_major =
-      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __mmask64 byte_mask = kFull ? ~__mmask64{0} : (__mmask64{1} << (16 * nb)) - 1;
-  const auto dword_mask = static_cast<__mmask16>(kFull ? 0xFFFF : (1u << (4 * nb)) - 1);
-  const auto exp_lo_mask = static_cast<__mmask8>(kFull || nb >= 2 ? 0xFF : 0x0F);
-  const auto exp_hi_mask = static_cast<__mmask8>(kFull ? 0xFF : nb == 3 ? 0x0F : 0x00);
-  const auto scale_mask = static_cast<__mmask16>((1u << nb) - 1);
-
-  __m512i lo[4], hi[4];
-  __m128i s[4];
-  for (int r = 0; r < 4; ++r) {
-    const __m512i x = kFull ? _mm512_loadu_si512(brow[r] + b * 16)
-                            : _mm512_maskz_loadu_epi8(byte_mask, brow[r] + b * 16);
-    lo[r] = _mm512_permutexvar_epi8(x, table);
-    hi[r] = _mm512_permutexvar_epi8(_mm512_srli_epi16(x, 4), table);
-    int32_t word = 0;
-    if (kFull) __builtin_memcpy(&word, srow[r] + b, 4);
-    s[r] = kFull ? _mm_cvtsi32_si128(word) : _mm_maskz_loadu_epi8(scale_mask, srow[r] + b);
-  }
-  // Scale bytes [row][block] -> [block][row], widened to int64 lanes matching the sums.
-  const __m128i row_major =
-      _mm_unpacklo_epi64(_mm_unpacklo_epi32(s[0], s[1]), _mm_unpacklo_epi32(s[2], s[3]));
-  scale_max = _mm_max_epu8(scale_max, row_major);
-  const __m128i block_major = _mm_shuffle_epi8(row_major, to_block_major);
-  const __m512i sb_lo = _mm512_cvtepu8_epi64(block_major);
-  const __m512i sb_hi = _mm512_cvtepu8_epi64(_mm_srli_si128(block_major, 8));
-
+  const int8_t* even[kM];
+  const int8_t* odd[kM];
+  const int32_t* corr[kM];
   for (int m = 0; m < kM; ++m) {
-    const int64_t base = m * g.blocks + b;
-    const int8_t* even_ptr = a.even.data() + base * 16;
-    const int8_t* odd_ptr = a.odd.data() + base * 16;
-    const int32_t* corr_ptr = a.corr.data() + base * 4;
-    const int64_t* exp_ptr = a.exponent.data() + base * 4;
-    const __m512i even =
-        kFull ? _mm512_loadu_si512(even_ptr) : _mm512_maskz_loadu_epi8(byte_mask, even_ptr);
-    const __m512i odd =
-        kFull ? _mm512_loadu_si512(odd_ptr) : _mm512_maskz_loadu_epi8(byte_mask, odd_ptr);
-    const __m512i corr =
-        kFull ? _mm512_loadu_si512(corr_ptr) : _mm512_maskz_loadu_epi32(dword_mask, corr_ptr);
-    __m512i x[4];
-    for (int r = 0; r < 4; ++r)
-      x[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr, lo[r], even), hi[r], odd);
-    const __m512i isum = block_sums(x);
-    const __m512i a_lo =
-        kFull ? _mm512_loadu_si512(exp_ptr) : _mm512_maskz_loadu_epi64(exp_lo_mask, exp_ptr);
-    const __m512i a_hi = kFull ? _mm512_loadu_si512(exp_ptr + 8)
-                               : _mm512_maskz_loadu_epi64(exp_hi_mask, exp_ptr + 8);
-    const __m512d p_lo =
-        _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(isum)),
-                      _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(sb_lo, a_lo), 52)));
-    const __m512d p_hi =
-        _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(isum, 1)),
-                      _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(sb_hi, a_hi), 52)));
-    // One block after the other (K order), as the reference adds them.
-    __m256d acc = _mm256_add_pd(partial[m], _mm512_castpd512_pd256(p_lo));
-    acc = _mm256_add_pd(acc, _mm512_extractf64x4_pd(p_lo, 1));
-    acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(p_hi));
-    partial[m] = _mm256_add_pd(acc, _mm512_extractf64x4_pd(p_hi, 1));
+    even[m] = a.even.data() + (m * g.blocks + c0) * 16;
+    odd[m] = a.odd.data() + (m * g.blocks + c0) * 16;
+    corr[m] = a.corr.data() + (m * g.blocks + c0) * 4;
+  }
+#pragma GCC unroll 2  // fully unrolled, the shift indices crowd out the accumulators
+  for (int s = 0; s < kChunkBlocks / 4; ++s) {
+    __m512i lo[kR], hi[kR];
+    for (int r = 0; r < kR; ++r) {
+      const __m512i x = _mm512_loadu_si512(brow[r] + c0 * 16 + 64 * s);
+      lo[r] = _mm512_permutexvar_epi8(x, table);
+      hi[r] = _mm512_permutexvar_epi8(_mm512_srli_epi16(x, 4), table);
+    }
+    const __m512i index = _mm512_load_si512(kShiftIndex[s].data());
+    for (int m = 0; m < kM; ++m) {
+      const __m512i e = _mm512_loadu_si512(even[m] + 64 * s);
+      const __m512i o = _mm512_loadu_si512(odd[m] + 64 * s);
+      const __m512i k = _mm512_loadu_si512(corr[m] + 16 * s);
+      for (int r = 0; r < kR; ++r) {
+        const __m512i dot4 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(k, lo[r], e), hi[r], o);
+        const __m512i shift = _mm512_maskz_permutexvar_epi8(kDwordLowBytes, index, shifts[r][m]);
+        acc[r][m] = _mm512_add_epi32(acc[r][m], _mm512_sllv_epi32(dot4, shift));
+      }
+    }
   }
 }
 
-// Rows n0 .. n0 + 4 * kQuads - 1: kQuads independent row quads per step, so their dependency
-// chains (load, decode, dot, reduce, convert, add) overlap.
-template <int kM, int kQuads>
-A4W4_TARGET_GEMV void gemv_rows(const GemvArgs& g, int64_t n0) {
+// Shift bytes (sb - min sb) + (sa - min sa) per block of chunk c for one row of B.
+template <int kM>
+A4W4_TARGET_GEMV inline void chunk_shifts(const Chunk& c, const uint8_t* srow, int b_min,
+                                          __m512i shifts[kM]) {
+  const __m512i db = _mm512_sub_epi8(_mm512_maskz_loadu_epi8(first_bytes(c.count), srow + c.begin),
+                                     _mm512_set1_epi8(static_cast<char>(b_min)));
+  for (int m = 0; m < kM; ++m) shifts[m] = _mm512_add_epi8(db, _mm512_load_si512(c.a_shift[m]));
+}
+
+// partial[m] += the exact chunk sum in acc[m] times 2^(min sa + min sb - 256), one rounding.
+template <int kM>
+A4W4_TARGET_GEMV inline void flush(const Chunk& c, int b_min, const __m512i acc[kM],
+                                   double partial[kM]) {
+  const double rb = kHalfScale[b_min];
+  for (int m = 0; m < kM; ++m) {
+    const double chunk_sum = _mm512_reduce_add_epi32(acc[m]);
+    partial[m] += chunk_sum * (kHalfScale[c.a_min[m]] * rb);  // exact product, one rounding
+  }
+}
+
+// Chunk c of one row of B on its own: integer steps with masks where `integer`, else block by
+// block in K order, as the reference.
+template <int kM>
+A4W4_TARGET_GEMV void row_chunk(const GemvArgs& g, const uint8_t* brow, const uint8_t* srow,
+                                const Chunk& c, int b_min, bool integer, double partial[kM]) {
+  const GemvA& a = *g.a;
+  if (integer) {
+    __m512i shifts[kM], acc[kM];
+    chunk_shifts<kM>(c, srow, b_min, shifts);
+    for (auto& v : acc) v = _mm512_setzero_si512();
+    for (int s = 0; 4 * s < c.count; ++s) {
+      const int64_t b = c.begin + 4 * s;
+      const Decoded d = decode(brow, b, std::min(4, c.count - 4 * s));
+      const __m512i index = _mm512_load_si512(kShiftIndex[s].data());
+      for (int m = 0; m < kM; ++m) {
+        const __m512i shift = _mm512_maskz_permutexvar_epi8(kDwordLowBytes, index, shifts[m]);
+        acc[m] = _mm512_add_epi32(acc[m], _mm512_sllv_epi32(dot(g, d, m, b), shift));
+      }
+    }
+    flush<kM>(c, b_min, acc, partial);
+    return;
+  }
+  for (int s = 0; 4 * s < c.count; ++s) {
+    const int64_t b = c.begin + 4 * s;
+    const int nb = std::min(4, c.count - 4 * s);
+    const Decoded d = decode(brow, b, nb);
+    for (int m = 0; m < kM; ++m) {
+      __m512i x = dot(g, d, m, b);
+      x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC));
+      x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_CDAB));  // lane 4j: isum_j
+      alignas(64) int32_t isum[16];
+      _mm512_store_si512(isum, x);
+      for (int j = 0; j < nb; ++j)
+        partial[m] += static_cast<double>(isum[4 * j]) *
+                      (kHalfScale[a.scale[m * g.blocks + b + j]] * kHalfScale[srow[b + j]]);
+    }
+  }
+}
+
+// Rows n .. n + kR - 1 of B (two neighbouring rows share A's loads) against the kM rows of A:
+// out[m][n + r]. Rows past N repeat the last row and are discarded.
+template <int kM, int kR>
+A4W4_TARGET_GEMV void gemv_rows(const GemvArgs& g, int64_t n) {
   const GemmProblem& p = *g.p;
-  const uint8_t* brow[kQuads][4];
-  const uint8_t* srow[kQuads][4];
-  for (int qd = 0; qd < kQuads; ++qd)
-    for (int r = 0; r < 4; ++r) {
-      // Past the end: repeat the last row, computed and discarded.
-      const int64_t n = std::min<int64_t>(n0 + 4 * qd + r, p.n - 1);
-      brow[qd][r] = p.b.data + n * p.b.stride_bytes;
-      srow[qd][r] = p.b.scale + n * p.b.scale_stride;
+  const GemvA& a = *g.a;
+  const uint8_t* brow[kR];
+  const uint8_t* srow[kR];
+  for (int r = 0; r < kR; ++r) {
+    const int64_t row = std::min<int64_t>(n + r, p.n - 1);
+    brow[r] = p.b.data + row * p.b.stride_bytes;
+    srow[r] = p.b.scale + row * p.b.scale_stride;
+  }
+  double total[kR][kM] = {}, partial[kR][kM] = {};
+  bool nan_row[kR] = {};
+  for (const Chunk& c : a.chunks) {
+    int b_min[kR], b_max[kR];
+    bool integer[kR];
+    bool all_integer = c.count == kChunkBlocks;
+    for (int r = 0; r < kR; ++r) {
+      min_max(srow[r] + c.begin, c.count, b_min[r], b_max[r]);
+      nan_row[r] = nan_row[r] || b_max[r] == numerics::kScaleNaN;
+      integer[r] = c.integer_ok && b_max[r] != numerics::kScaleNaN &&
+                   c.a_spread + (b_max[r] - b_min[r]) <= kMaxShift;
+      all_integer = all_integer && integer[r];
     }
-  __m256d total[kQuads][kM];
-  __m128i scale_max[kQuads];
-  for (int qd = 0; qd < kQuads; ++qd) {
-    for (auto& t : total[qd]) t = _mm256_setzero_pd();
-    scale_max[qd] = _mm_setzero_si128();
-  }
-  for (int64_t part = 0; part < g.splits; ++part) {
-    const int64_t b_begin = part * g.blocks / g.splits, b_end = (part + 1) * g.blocks / g.splits;
-    __m256d partial[kQuads][kM];
-    for (auto& pq : partial)
-      for (auto& t : pq) t = _mm256_setzero_pd();
-    int64_t b = b_begin;
-    for (; b + 4 <= b_end; b += 4)
-      for (int qd = 0; qd < kQuads; ++qd)
-        four_blocks<kM, true>(g, brow[qd], srow[qd], b, 4, partial[qd], scale_max[qd]);
-    if (b < b_end)
-      for (int qd = 0; qd < kQuads; ++qd)
-        four_blocks<kM, false>(g, brow[qd], srow[qd], b, static_cast<int>(b_end - b), partial[qd],
-                               scale_max[qd]);
-    for (int qd = 0; qd < kQuads; ++qd)
-      for (int m = 0; m < kM; ++m) total[qd][m] = _mm256_add_pd(total[qd][m], partial[qd][m]);
-  }
-
-  for (int qd = 0; qd < kQuads; ++qd) {
-    alignas(16) uint8_t max_bytes[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(max_bytes), scale_max[qd]);
-    alignas(32) double sums[kM][4];
-    for (int m = 0; m < kM; ++m) _mm256_store_pd(sums[m], total[qd][m]);
-    for (int r = 0; r < 4 && n0 + 4 * qd + r < p.n; ++r) {
-      const bool b_nan = std::find(max_bytes + 4 * r, max_bytes + 4 * r + 4, numerics::kScaleNaN) !=
-                         max_bytes + 4 * r + 4;
-      for (int m = 0; m < kM; ++m)
-        g.out[m * p.n + n0 + 4 * qd + r] =
-            (b_nan || g.a->nan[m]) ? std::numeric_limits<double>::quiet_NaN() : sums[m][r];
+    if (all_integer) {
+      __m512i shifts[kR][kM], acc[kR][kM];
+      for (int r = 0; r < kR; ++r) {
+        chunk_shifts<kM>(c, srow[r], b_min[r], shifts[r]);
+        for (auto& v : acc[r]) v = _mm512_setzero_si512();
+      }
+      full_integer_chunk<kM, kR>(g, brow, c.begin, shifts, acc);
+      for (int r = 0; r < kR; ++r) flush<kM>(c, b_min[r], acc[r], partial[r]);
+    } else {
+      for (int r = 0; r < kR; ++r)
+        row_chunk<kM>(g, brow[r], srow[r], c, b_min[r], integer[r], partial[r]);
+    }
+    if (c.last_of_partition) {
+      for (int r = 0; r < kR; ++r)
+        for (int m = 0; m < kM; ++m) {
+          total[r][m] += partial[r][m];
+          partial[r][m] = 0.0;
+        }
     }
   }
+  for (int r = 0; r < kR && n + r < p.n; ++r)
+    for (int m = 0; m < kM; ++m)
+      g.out[m * p.n + n + r] =
+          nan_row[r] || a.nan[m] ? std::numeric_limits<double>::quiet_NaN() : total[r][m];
 }
 
-constexpr int kStepQuads = 2;  // row quads per step
+constexpr int kRowsPerStep = 2;
 using RowKernel = void (*)(const GemvArgs&, int64_t);
-constexpr RowKernel kRowKernels[kMaxRows] = {gemv_rows<1, kStepQuads>, gemv_rows<2, kStepQuads>,
-                                             gemv_rows<3, kStepQuads>, gemv_rows<4, kStepQuads>};
+constexpr RowKernel kRowKernels[kMaxRows] = {gemv_rows<1, kRowsPerStep>, gemv_rows<2, kRowsPerStep>,
+                                             gemv_rows<3, kRowsPerStep>,
+                                             gemv_rows<4, kRowsPerStep>};
 
 }  // namespace
 
@@ -224,17 +356,16 @@ std::string gemv_avx512_vnni_why_not(const GemmProblem& p) {
 void gemv_avx512_vnni(const GemmProblem& p, const ExecConfig& exec) {
   const int64_t blocks = p.k / numerics::kBlockSize;
   GemvA a;
-  split_a(p, blocks, a);
+  split_a(p, blocks, std::max<int64_t>(p.split_k, 1), a);
   std::vector<double> out(static_cast<size_t>(p.m * p.n));
-  const GemvArgs args{&p, &a, blocks, std::max<int64_t>(p.split_k, 1), out.data()};
-  constexpr int64_t kStepRows = 4 * kStepQuads;
-  const int64_t steps = (p.n + kStepRows - 1) / kStepRows;
+  const GemvArgs args{&p, &a, blocks, out.data()};
 #pragma omp parallel num_threads(std::max(1, exec.num_threads))
   {
-    // Chunks of 16 steps (512 KiB of B at K = 8192), handed out dynamically so that a thread
+    // Chunks of 128 rows (512 KiB of B at K = 8192), handed out dynamically so that a thread
     // slowed down by other work does not hold the others up.
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t step = 0; step < steps; ++step) kRowKernels[p.m - 1](args, step * kStepRows);
+#pragma omp for schedule(dynamic, 64)
+    for (int64_t step = 0; step < (p.n + kRowsPerStep - 1) / kRowsPerStep; ++step)
+      kRowKernels[p.m - 1](args, step * kRowsPerStep);
       // The epilogue runs here, in code compiled without FMA contraction, as in the reference.
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < p.n; ++n)
