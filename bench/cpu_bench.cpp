@@ -41,9 +41,13 @@ void check(a4w4_status status, const char* what) {
   }
 }
 
+std::map<int, a4w4_context>& contexts() {
+  static std::map<int, a4w4_context> by_threads;
+  return by_threads;
+}
+
 a4w4_context context(int threads) {
-  static std::map<int, a4w4_context> contexts;
-  auto [it, inserted] = contexts.try_emplace(threads, nullptr);
+  auto [it, inserted] = contexts().try_emplace(threads, nullptr);
   if (inserted) {
     check(a4w4_context_create(&it->second), "a4w4_context_create");
     check(a4w4_context_set_num_threads(it->second, threads), "a4w4_context_set_num_threads");
@@ -301,5 +305,6 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  for (auto& [threads, ctx] : contexts()) a4w4_context_destroy(ctx);
   return 0;
 }

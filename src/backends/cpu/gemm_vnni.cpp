@@ -106,9 +106,11 @@ A4W4_TARGET_AVX512_VNNI void micro_kernel_avx512_vnni(const MicroTile& t) {
           blocks == kChunk ? ~__mmask64{0} : (__mmask64{1} << (blocks * kGroupRows)) - 1;
       const __m512i a_bytes = _mm512_sub_epi8(_mm512_maskz_loadu_epi8(chunk_bytes, sab),
                                               _mm512_broadcastd_epi32(a_min));
-      for (int q = 0; q < 4; ++q)
-        _mm512_store_si512(da + 16 * q,
-                           _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(a_bytes, q)));
+      // (extract immediates must be literal, also in unoptimised builds)
+      _mm512_store_si512(da, _mm512_cvtepu8_epi32(_mm512_castsi512_si128(a_bytes)));
+      _mm512_store_si512(da + 16, _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(a_bytes, 1)));
+      _mm512_store_si512(da + 32, _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(a_bytes, 2)));
+      _mm512_store_si512(da + 48, _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(a_bytes, 3)));
       __m512i chunk[4][2];
       for (auto& row : chunk) row[0] = row[1] = _mm512_setzero_si512();
       for (int c = 0; c < blocks; ++c) {
