@@ -25,6 +25,8 @@ namespace {
 
 #define A4W4_TARGET_AVX512_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
+#define A4W4_TARGET_AVX512_VBMI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma")))
 
 constexpr int kChunk = 16;
 constexpr int kMaxShift = 14;  // kChunk * 4608 * 2^14 < 2^31
@@ -166,8 +168,8 @@ A4W4_TARGET_AVX512_VNNI void micro_kernel_avx512_vnni(const MicroTile& t) {
 // (16-entry table repeated, so the high index bits need no masking), byte unpacks restore element
 // order (quads 0-3 in the low unpack, 4-7 in the high one), and one vpermd per half transposes
 // [column][quad] to [quad][column]: 16 contiguous bytes per quad, stored at their panel offsets.
-A4W4_TARGET_AVX512_VNNI __attribute__((target("avx512vbmi"))) void pack_four_columns_avx512(
-    const uint8_t* const rows[4], int64_t blocks, uint8_t* values) {
+A4W4_TARGET_AVX512_VBMI void pack_four_columns_avx512(const uint8_t* const rows[4], int64_t blocks,
+                                                      uint8_t* values) {
   const __m512i table =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1Biased.data())));
   const __m512i to_quad_major =
