@@ -22,7 +22,10 @@ __global__ void fill_kernel(uint8_t* data, size_t bytes, uint64_t seed, FillKind
     const uint32_t h = hash(seed * 0x100000001B3ull + i);
     uint8_t v = static_cast<uint8_t>(h);
     switch (kind) {
-      case FillKind::kScales:  // E8M0 bytes near 2^0: 120..135
+      case FillKind::kTypicalScales:  // E8M0 bytes 125..127
+        v = static_cast<uint8_t>(125 + (h & 0xFFFF) % 3);
+        break;
+      case FillKind::kWideScales:  // E8M0 bytes 120..135
         v = static_cast<uint8_t>(120 + (h & 15));
         break;
       case FillKind::kBf16:  // bf16 pairs: random sign and mantissa, exponent 2^-2..2^1

@@ -8,7 +8,10 @@
 
 namespace a4w4::bench {
 
-enum class FillKind { kBytes, kScales, kBf16, kE4m3 };
+// kTypicalScales: E8M0 bytes 125..127, the spread of block scales quantized from Gaussian-like
+// data (the |max| of 32 samples varies by about one binade); kWideScales: 120..135, which defeats
+// the decode kernel's scale folding and times its exact per-block path.
+enum class FillKind { kBytes, kTypicalScales, kWideScales, kBf16, kE4m3 };
 
 // Fills bytes of device memory with data of the given kind (asynchronously on stream).
 cudaError_t fill_random(void* data, size_t bytes, uint64_t seed, FillKind kind,

@@ -123,6 +123,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
   const double set_bytes = (s.m + s.n) * (s.k / 2.0 + s.k / 32.0) + s.m * s.n * out_size;
   const int sets = rotation_sets(set_bytes, facts);
   std::vector<Fp4Set> operands(sets);
+  const FillKind scale_kind = options.wide_scales ? FillKind::kWideScales : FillKind::kTypicalScales;
   for (int i = 0; i < sets; ++i) {
     Fp4Set& o = operands[i];
     o.a = std::make_unique<DeviceAllocation>(s.m * s.k / 2);
@@ -131,9 +132,9 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
     o.bs = std::make_unique<DeviceAllocation>(s.n * s.k / 32);
     o.d = std::make_unique<DeviceAllocation>(s.m * s.n * out_size);
     cuda_check(fill_random(o.a->ptr, s.m * s.k / 2, 4 * i + 1, FillKind::kBytes, stream), "fill");
-    cuda_check(fill_random(o.as->ptr, s.m * s.k / 32, 4 * i + 2, FillKind::kScales, stream), "fill");
+    cuda_check(fill_random(o.as->ptr, s.m * s.k / 32, 4 * i + 2, scale_kind, stream), "fill");
     cuda_check(fill_random(o.b->ptr, s.n * s.k / 2, 4 * i + 3, FillKind::kBytes, stream), "fill");
-    cuda_check(fill_random(o.bs->ptr, s.n * s.k / 32, 4 * i + 4, FillKind::kScales, stream), "fill");
+    cuda_check(fill_random(o.bs->ptr, s.n * s.k / 32, 4 * i + 4, scale_kind, stream), "fill");
     if (prepared) {
       o.pb = std::make_unique<DeviceAllocation>(pw);
       o.pbs = std::make_unique<DeviceAllocation>(ps);
@@ -213,12 +214,15 @@ double time_cublaslt_fp8(const Shape& shape, const GpuDeviceFacts& facts,
   s.m = (s.m + 15) / 16 * 16;
   cublasLtHandle_t handle;
   cublas_check(cublasLtCreate(&handle), "cublasLtCreate");
-  DeviceAllocation workspace(kCublasWorkspace), scales(2 * sizeof(float));
-  const float unit_scales[2] = {1.0f, 1.0f};
-  cuda_check(cudaMemcpy(scales.ptr, unit_scales, sizeof(unit_scales), cudaMemcpyHostToDevice),
-             "scales");
+  // Each scale in its own 256-byte slot: cuBLASLt refuses (NOT_SUPPORTED) scale pointers that are
+  // not 16-byte aligned.
+  DeviceAllocation workspace(kCublasWorkspace), scales(512);
+  const float one = 1.0f;
   const float* a_scale = static_cast<const float*>(scales.ptr);
-  const float* b_scale = a_scale + 1;
+  const float* b_scale = a_scale + 64;
+  cuda_check(cudaMemcpy(scales.ptr, &one, sizeof(one), cudaMemcpyHostToDevice), "scales");
+  cuda_check(cudaMemcpy(const_cast<float*>(b_scale), &one, sizeof(one), cudaMemcpyHostToDevice),
+             "scales");
 
   cublasLtMatmulDesc_t desc;
   cublas_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");

@@ -18,6 +18,7 @@ struct GpuBenchOptions {
   double graph_us = 2000.0;   // aim for graphs of about this many microseconds
   bool baselines = true;      // also time cuBLAS bf16 and cuBLASLt fp8
   bool plain_weights = true;  // also time a4w4 on a plain (not prepared) B
+  bool wide_scales = false;   // block scales 120..135 instead of the typical 125..127 (fill.h)
   std::string kernel;         // "" = dispatch
   int split_k = 0;
   std::string out_dtype = "bf16";

@@ -4,7 +4,8 @@
 #   log under $OUT. It uses a build made here by scripts/device-build.sh (carried as build-dev/)
 #   when that runs there, and otherwise builds on the device with the carried Debian packages in
 #   .deps/ (CLI11, fmt, GoogleTest headers and CMake files).
-# Usage there: bash scripts/device-run.sh [tests] [memcheck] [bench] [extra bench args via BENCH_ARGS]
+# Usage there: bash scripts/device-run.sh [tests] [memcheck] [sass] [bench] (extra bench args via
+#   BENCH_ARGS)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -55,11 +56,31 @@ if [[ $steps == *memcheck* ]]; then
   echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | tail -5 | tee -a "$OUT/summary.txt"
 fi
+if [[ $steps == *sass* ]]; then
+  log "SASS of the CUDA kernels (cuobjdump)"
+  cuobjdump -sass "$BUILD/liba4w4.so" >"$OUT/sass-all.txt" 2>&1
+  echo "cuobjdump rc=$? ($(wc -l <"$OUT/sass-all.txt") lines)" | tee -a "$OUT/summary.txt"
+  # One file per kernel function, named by its demangled-ish template arguments, for reading.
+  awk -v dir="$OUT/sass" 'BEGIN { system("mkdir -p " dir) }
+    /Function : / { name = $3; gsub(/[^A-Za-z0-9_]/, "_", name); file = dir "/" substr(name, 1, 120) ".sass" }
+    file != "" { print > file }' "$OUT/sass-all.txt"
+  rm -f "$OUT/sass-all.txt"
+  tar -C "$OUT" -czf "$OUT/sass.tar.gz" sass && rm -rf "$OUT/sass"  # few files travel back
+fi
 if [[ $steps == *bench* ]]; then
   log "a4w4 bench --preset targets --quantize ${BENCH_ARGS:-}"
-  "$BUILD/a4w4" bench --backend cuda --preset targets --quantize ${BENCH_ARGS:-} \
+  # cuBLASLt explains a refused call (the fp8 baseline) in its log.
+  CUBLASLT_LOG_MASK=63 CUBLASLT_LOG_FILE="$OUT/cublaslt.log" \
+    "$BUILD/a4w4" bench --backend cuda --preset targets --quantize ${BENCH_ARGS:-} \
     >"$OUT/bench.md" 2>"$OUT/bench.err"
   echo "bench rc=$?" | tee -a "$OUT/summary.txt"
   cat "$OUT/bench.md"
   tail -3 "$OUT/bench.err"
+fi
+if [[ $steps == *wide* ]]; then
+  log "a4w4 bench --preset targets --wide-scales --no-baselines (the exact path's cost)"
+  "$BUILD/a4w4" bench --backend cuda --preset targets --wide-scales --no-baselines \
+    >"$OUT/bench-wide.md" 2>"$OUT/bench-wide.err"
+  echo "bench rc=$?" | tee -a "$OUT/summary.txt"
+  cat "$OUT/bench-wide.md"
 fi

@@ -31,6 +31,7 @@ struct BenchSettings {
   int samples = 30;
   bool baselines = true;
   bool plain = true;
+  bool wide_scales = false;
   bool quantize = false;
   std::string kernel;
   int split_k = 0;
@@ -139,6 +140,7 @@ void run_bench(const BenchSettings& s) {
   options.samples = s.samples;
   options.baselines = s.baselines;
   options.plain_weights = s.plain;
+  options.wide_scales = s.wide_scales;
   options.kernel = s.kernel;
   options.split_k = s.split_k;
   options.out_dtype = s.out_dtype;
@@ -147,8 +149,9 @@ void run_bench(const BenchSettings& s) {
     const bench::GpuDeviceFacts facts = bench::measure_device(options);
     const auto rows = bench::run_gpu_gemm_bench(shapes, options, facts, show_progress);
     fmt::print("device: {} (L2 {:.0f} MiB), copy bandwidth {:.0f} GB/s (bytes read + written); "
-               "D in {}; median of {} graph replays per figure\n\n",
-               facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype, s.samples);
+               "D in {}; block scales {}; median of {} graph replays per figure\n\n",
+               facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype,
+               s.wide_scales ? "wide (120..135)" : "typical (125..127)", s.samples);
     fmt::print("{}", bench::format_gemm_table(rows, facts));
     if (s.quantize) {
       std::vector<bench::QuantizeBenchRow> q = {
@@ -189,6 +192,9 @@ void add_bench_command(CLI::App& app) {
   command->add_flag("!--no-baselines", settings->baselines, "Skip the cuBLAS baselines");
   command->add_flag("!--no-plain", settings->plain, "Skip timing a4w4 on a plain (unprepared) B");
   command->add_flag("--quantize", settings->quantize, "Also time quantizing 8192x8192 bf16");
+  command->add_flag("--wide-scales", settings->wide_scales,
+                    "Block scales spread over 120..135 (defeats scale folding) instead of the "
+                    "typical 125..127");
   command->add_option("--kernel", settings->kernel, "Run this registered kernel (a4w4 kernels)");
   command->add_option("--split-k", settings->split_k, "Split K into N partitions (0: automatic)")
       ->check(CLI::NonNegativeNumber);

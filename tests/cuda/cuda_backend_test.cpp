@@ -64,18 +64,34 @@ struct Packed {
   std::vector<uint8_t> data, scales;
 };
 
-// Random codes (all 16) and scales: narrow around 127 or wide (0..254), with a few NaN scales.
-Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad, bool wide,
+// How block scales are drawn: narrow (uniform in 117..137: most 128-wide K tiles of a row spread
+// more than 3 binades, so the decode kernel's exact per-block path runs), wide (0..254, the E8M0
+// extremes), or tile-local like real data (per row a base in 100..150, each block base + 0..3, and
+// 2% of blocks 5 higher: mostly the folded fast path, mixed with the exact one).
+enum ScaleKind { kNarrowScales = 0, kWideScales = 1, kTileLocalScales = 2 };
+
+// Random codes (all 16) and scales of `kind`, with a few NaN scales.
+Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad, int kind,
                      double nan_fraction) {
   Packed p{rows, k, k + pad, k / 32 + (pad ? 4 : 0), {}, {}};  // padded rows stay 4-aligned
   p.data.resize(static_cast<size_t>(rows * p.stride / 2));
   p.scales.resize(static_cast<size_t>(rows * p.scale_stride));
   for (auto& byte : p.data) byte = static_cast<uint8_t>(rng());
-  std::uniform_int_distribution<int> narrow(117, 137), any(0, 254);
+  std::uniform_int_distribution<int> narrow(117, 137), any(0, 254), base(100, 150), near(0, 3);
   std::uniform_real_distribution<double> unit(0, 1);
-  for (auto& s : p.scales) {
-    s = static_cast<uint8_t>(wide ? any(rng) : narrow(rng));
-    if (unit(rng) < nan_fraction) s = 0xFF;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int row_base = base(rng);
+    for (int64_t j = 0; j < p.scale_stride; ++j) {
+      uint8_t& s = p.scales[static_cast<size_t>(r * p.scale_stride + j)];
+      if (kind == kWideScales) {
+        s = static_cast<uint8_t>(any(rng));
+      } else if (kind == kTileLocalScales) {
+        s = static_cast<uint8_t>(row_base + near(rng) + (unit(rng) < 0.02 ? 5 : 0));
+      } else {
+        s = static_cast<uint8_t>(narrow(rng));
+      }
+      if (unit(rng) < nan_fraction) s = 0xFF;
+    }
   }
   return p;
 }
@@ -111,7 +127,9 @@ int64_t count_mismatches(const std::vector<T>& x, const std::vector<T>& y, a4w4_
 struct GemmCase {
   int64_t m, n, k;
   a4w4_dtype out;
-  bool with_c, with_bias, wide_scales, prepared;
+  bool with_c, with_bias;
+  int scales;  // ScaleKind
+  bool prepared;
   int split_k;
   const char* kernel;  // nullptr: dispatch
   int64_t pad;         // extra elements per row of every operand (strided operands)
@@ -120,7 +138,7 @@ struct GemmCase {
 std::string describe(const GemmCase& c) {
   return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
          " out=" + a4w4_dtype_name(c.out) + " C=" + std::to_string(c.with_c) +
-         " bias=" + std::to_string(c.with_bias) + " wide=" + std::to_string(c.wide_scales) +
+         " bias=" + std::to_string(c.with_bias) + " scales=" + std::to_string(c.scales) +
          " prepared=" + std::to_string(c.prepared) + " split=" + std::to_string(c.split_k) +
          " kernel=" + (c.kernel ? c.kernel : "auto") + " pad=" + std::to_string(c.pad);
 }
@@ -131,8 +149,8 @@ std::string describe(const GemmCase& c) {
 void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   SCOPED_TRACE(describe(c));
   const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
-  const Packed a = random_packed(rng, c.m, c.k, c.pad, c.wide_scales, 0.002);
-  const Packed b = random_packed(rng, c.n, c.k, c.pad, c.wide_scales, 0.002);
+  const Packed a = random_packed(rng, c.m, c.k, c.pad, c.scales, 0.002);
+  const Packed b = random_packed(rng, c.n, c.k, c.pad, c.scales, 0.002);
   const int64_t d_stride = c.n + c.pad;
   std::uniform_real_distribution<float> value(-4, 4);
   std::vector<float> c_host(static_cast<size_t>(c.m * d_stride)), bias(static_cast<size_t>(c.n));
@@ -266,7 +284,7 @@ TEST_F(CudaBackend, GemmMatchesReferenceAcrossShapesAndEpilogues) {
     for (int64_t n : ns)
       for (int64_t k : ks) {
         const int v = index++;
-        GemmCase c{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, v % 4 < 2, v % 5 == 0,
+        GemmCase c{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, (v / 2) % 3, v % 5 == 0,
                    (v % 7 == 0) ? 0 : 1 + v % 3, nullptr, 0};
         if (c.split_k > k / 32) c.split_k = static_cast<int>(k / 32);
         run_case(ctx_, rng_, c);
@@ -299,7 +317,22 @@ TEST_F(CudaBackend, DecodeShapesOfRealModels) {
   // Llama-3-70B-like projections at decode sizes (smaller N and K keep the CPU reference quick).
   for (int64_t m : {1, 4, 16, 32, 64})
     run_case(ctx_, rng_,
-             GemmCase{m, 1024, 8192, A4W4_DTYPE_BF16, false, false, false, true, 0, nullptr, 0});
+             GemmCase{m, 1024, 8192, A4W4_DTYPE_BF16, false, false, kTileLocalScales, true, 0,
+                      nullptr, 0});
+}
+
+TEST_F(CudaBackend, DecodeFoldedAndExactPathsAcrossSplits) {
+  // Tile-local scales take the folded path, mixed with exact tiles; splits of 33 blocks put
+  // partition ends inside K tiles; every activation-tile count (M up to 8, 16, 32, 64).
+  for (int64_t m : {1, 8, 13, 32, 57})
+    for (int split : {0, 1, 2, 3, 5})
+      for (bool prepared : {false, true}) {
+        const int64_t k = prepared ? 1056 : 1024;  // a plain B needs K % 128 == 0
+        run_case(ctx_, rng_,
+                 GemmCase{m, 80, k, A4W4_DTYPE_F32, m % 2 == 1, true, kTileLocalScales, prepared,
+                          split, "cuda.decode", 0});
+        if (HasFatalFailure()) return;
+      }
 }
 
 TEST_F(CudaBackend, ExplicitKernelNamesAreHonouredOrRefused) {
@@ -372,6 +405,10 @@ std::vector<float> adversarial_floats(std::mt19937_64& rng, size_t count) {
       if (k == 2 && i == 3) v = -INFINITY;
       if (k == 3) v = std::ldexp(static_cast<float>(rng() % 1000), -149);  // subnormals
       if (k == 4) v = 6.0f * std::ldexp(1.0f, base / 4) * static_cast<float>(i % 8) / 4.0f;  // ties
+      if (k == 5) {  // one ulp either side of a tie: the fp32 path's round-to-odd matters here
+        const float tie = 6.0f * std::ldexp(1.0f, base / 4) * static_cast<float>(i % 8 + 1) / 8.0f;
+        v = std::nextafter(tie, (i / 8) % 2 ? INFINITY : 0.0f);
+      }
       x[block * 32 + i] = v;
     }
   }

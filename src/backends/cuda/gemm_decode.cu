@@ -1,25 +1,38 @@
 // The decode GEMM family (small M, memory-bound): streams the FP4 weight B once through a per-warp
-// ring of shared-memory slots (cp.async, several K tiles in flight), multiplies each tile with
-// fp16 tensor-core MMAs and adds the block partials in registers. sm_90 (thread-block clusters).
+// ring of shared-memory slots (cp.async, several K tiles in flight) and multiplies each K tile of
+// 128 with int8 tensor-core MMAs whose int32 sums are exact. sm_90 (thread-block clusters).
 //
 // Roles are swapped relative to D = A.B^T: the weight tile is the MMA's A operand (16 weight rows)
 // and the activations are its B operand (8 rows per MMA, up to 64), so M = 1 wastes no weight
 // bandwidth. Each warp owns 16 weight rows; a CTA has 4 warps (64 rows) and one K partition.
-// Activations of the current 512-wide K chunk are decoded once per CTA into shared memory.
-// Exactness: each block is two fp16 MMAs from a zero accumulator on doubled E2M1 values, whose
-// products and sums are small integers, so exact. Block partials 2^(sa+sb-256) * sum go to fp32
-// where every scale of the chunk keeps them inside fp32's normal range (typical data), and in
-// double otherwise (scales near the E8M0 extremes, NaN scales): fp32 or better, as the contract asks.
-// Split-K: the CTAs of one cluster take contiguous K partitions; rank 0 adds their sums in order
-// through distributed shared memory and writes D (alpha, beta*C, bias, one rounding).
 //
-// Fragment order: inside a block, lane (g, t) holds elements [8t, 8t+8) of a weight row (4 bytes)
-// and feeds them to the k slots {2t, 2t+1, 2t+8, 2t+9} of two k16 MMAs; the activations use the
-// same order, so each block's dot product is unchanged. The prepared layout stores exactly these words and is
-// copied with 16-byte copies; a plain B is scattered into the same order with 4-byte copies.
+// Weights cost about one instruction per element to turn into MMA operands: a byte permute (PRMT)
+// looks four E2M1 codes up at once in a table of doubled magnitudes {0,1,2,3,4,6,8,12}, and its
+// sign mode returns 0 for the negative codes. So one PRMT gives the positive part w+ of four weights
+// and a second, on the codes with their sign bits flipped, the negative part w- (as unsigned
+// magnitudes), and w = w+ - w- is multiplied as two MMAs: w+ . a + w- . (-a). The activations (and
+// their negations) are converted once per CTA into shared memory.
+//
+// Block scales are folded into the int8 operands so that one chain of MMAs sums a whole K tile:
+// inside a tile, each row's blocks are shifted by d = scale - (the row's smallest scale in the tile)
+// when every d <= 3 (|2 * E2M1| * 2^3 = 96 fits int8 and stays below the PRMT sign bit). The tile sum
+// (|sum| <= 128 * 96 * 96 < 2^24, exact in int32 and in fp32) is then scaled once by
+// 2^(base_a + base_b - 256) and added to an fp32 accumulator. Tiles whose scales spread wider, contain
+// NaN, or would leave fp32's normal range take an exact per-block path in double (rare, decided per
+// warp, tile and 8 activation rows).
+//
+// Split-K: the CTAs of one cluster take contiguous K partitions (split_k's block partitions); rank 0
+// adds their sums in order through distributed shared memory and writes D (alpha, beta*C, bias, one
+// rounding).
+//
+// Fragment order: lane (g, t) holds elements [8t, 8t + 8) of a block of weight rows g and g + 8 (one
+// 4-byte word each, low nibble first): elements 8t..8t+3 go to k slots 4t..4t+3 of the m16n8k32 MMA
+// and 8t+4..8t+7 to 16+4t..16+4t+3. The activations use the same order, so each block's dot product
+// is unchanged. The prepared layout stores exactly these words (copied with 16-byte copies); a plain
+// B is scattered into the same order with 4-byte copies.
 #include <cooperative_groups.h>
 
-#include <type_traits>
+#include <algorithm>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
@@ -32,17 +45,35 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerCta = kWarps * 16;
-constexpr int kChunkTiles = 4;                    // K tiles of 128 per chunk
-constexpr int kChunkBlocks = kChunkTiles * 4;     // 16 blocks = 512 elements
-constexpr int kActRowBytes = kChunkBlocks * 64 + 64;  // fp16 row + padding (conflict-free reads)
-constexpr int kMaxSplits = 8;                     // portable cluster size
+constexpr int kMaxSplits = 8;  // portable cluster size
 
 // Weights stream through a per-warp ring of shared-memory slots filled by cp.async, kStages - 1
 // K tiles ahead of the one being multiplied: the loads need no registers and never wait on use.
 // A slot holds one K tile in the prepared layout's order (both layouts are copied into it), with
 // the two 16-byte halves of each lane swapped on odd row groups so the reads are conflict-free.
-constexpr int kStages = 8;  // a power of two: slot = tile & (kStages - 1)
+constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
 constexpr int kSlotBytes = 1024 + 64;  // weights, then the 16 rows x 4 blocks of scales
+
+// Largest per-block shift folded into the int8 operands (see above).
+constexpr uint32_t kMaxShift = 3;
+// PRMT tables: byte i is 2 * |E2M1 code i| for codes 0..7.
+constexpr uint32_t kMagnitudesLo = 0x03020100u, kMagnitudesHi = 0x0C080604u;
+
+// Activation staging, per number of 8-row activation tiles: a chunk of K tiles is converted once
+// per CTA (fewer tiles per chunk for large M keeps two CTAs per SM). Each warp converts whole
+// (K tile, activation tile) pairs: 8 rows x 4 blocks, one block per lane.
+template <int kNTiles>
+struct ChunkShape {
+  static constexpr int kRows = 8 * kNTiles;
+  static constexpr int kTiles = kNTiles >= 4 ? 2 : 4;
+  static constexpr int kBlocks = kTiles * 4;
+  // Per block 64 bytes: for each lane t, 8 int8 values 2 * E2M1 * 2^d then their negations. The
+  // row stride is 64 mod 128, so a warp's 16-byte reads of 8 rows hit distinct banks.
+  static constexpr int kRowBytes = kBlocks * 64 + 64;
+  static constexpr int kPairs = kTiles * kNTiles;
+  static constexpr int kPairsPerWarp = kPairs / kWarps;
+  static_assert(kPairs % kWarps == 0, "every warp converts the same number of pairs");
+};
 
 [[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -59,97 +90,91 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, bool pres
                  "l"(src), "r"(src_bytes));
   }
 }
-[[maybe_unused]] __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n"); }
+[[maybe_unused]] __device__ __forceinline__ void commit_copies() {
+  asm volatile("cp.async.commit_group;\n");
+}
 template <int kPending>
 __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Offset of lane L's half h (row g + 8h) inside a slot.
-[[maybe_unused]] __device__ __forceinline__ int half_offset(int lane, int h) { return lane * 32 + 16 * (h ^ ((lane >> 2) & 1)); }
-
-// Issues the copies of K tile `k_tile` of this warp's 16 rows into `slot`.
-template <bool kPrepared>
-__device__ __forceinline__ void copy_weight_tile(const GemmProblem& p, int64_t row0, int64_t k_tile,
-                                                 int64_t k_tiles, int64_t blocks, int lane,
-                                                 uint8_t* slot) {
-  const int g = lane / 4, t = lane % 4;
-  if constexpr (kPrepared) {
-    const uint8_t* tile = p.b.data + ((row0 / 16) * k_tiles + k_tile) * 1024 + lane * 32;
-    copy_async<16>(slot + half_offset(lane, 0), tile, true);
-    copy_async<16>(slot + half_offset(lane, 1), tile + 16, true);
-    if (lane < 4)
-      copy_async<16>(slot + 1024 + 16 * lane,
-                     p.b.scale + ((row0 / 16) * k_tiles + k_tile) * 64 + 16 * lane, true);
-  } else {
-    // Lane (g, t) copies block t of rows g and g + 8; piece q of it belongs to lane (g, q).
-    const int64_t block = k_tile * 4 + t;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + g + 8 * h;
-      const bool present = row < p.n && block < blocks;
-      const uint8_t* src = present ? p.b.data + row * p.b.stride_bytes + block * 16 : p.b.data;
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        copy_async<4>(slot + half_offset(g * 4 + q, h) + 4 * t, src + 4 * q, present);
-    }
-    if (lane < 16) {  // row lane's four block scales (K % 128 == 0, so all four exist)
-      const int64_t row = row0 + lane;
-      const bool present = row < p.n;
-      const uint8_t* src = present ? p.b.scale + row * p.b.scale_stride + k_tile * 4 : p.b.scale;
-      copy_async<4>(slot + 1024 + (lane % 8) * 8 + (lane / 8) * 4, src, present);
-    }
-  }
+// Byte permute with the sign mode on: a selector nibble with bit 3 set yields 0x00 or 0xFF by the
+// sign of the selected byte (0x00 for every table here). Only the low 16 bits of `selector` count.
+__device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(selector));
+  return out;
 }
 
-// Running min and max of the scale bytes of `word` whose bit is set in `valid_bytes`.
-[[maybe_unused]] __device__ __forceinline__ void scale_range(uint32_t word, uint32_t valid_bytes,
-                                                            uint32_t& lo, uint32_t& hi) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t s = __byte_perm(word, 0, 0x4440 | j);
-    const bool valid = (valid_bytes >> j) & 1u;
-    lo = min(lo, valid ? s : 0xFFu);
-    hi = max(hi, valid ? s : 0u);
-  }
+// D (4 x int32) += A (16x32 uint8, row) * B (32x8 int8, col), exact.
+__device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
 }
 
-[[maybe_unused]] __device__ __forceinline__ void warp_range(uint32_t& lo, uint32_t& hi) {
-  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
-  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+// Weight operands of one block: w+ and w- of rows g and g + 8 in MMA fragment order, from the two
+// words of packed codes and the (possibly shifted) magnitude table.
+struct WeightBlock {
+  uint32_t positive[4], negative[4];
+};
+__device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo, uint32_t table_hi,
+                                          uint32_t& pos_first, uint32_t& pos_second,
+                                          uint32_t& neg_first, uint32_t& neg_second) {
+  const uint32_t flipped = codes ^ 0x88888888u;
+  pos_first = permute(table_lo, table_hi, codes);
+  pos_second = permute(table_lo, table_hi, codes >> 16);
+  neg_first = permute(table_lo, table_hi, flipped);
+  neg_second = permute(table_lo, table_hi, flipped >> 16);
+}
+__device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h, uint32_t shift_g,
+                                                    uint32_t shift_h) {
+  WeightBlock w;
+  split_row(row_g, kMagnitudesLo << shift_g, kMagnitudesHi << shift_g, w.positive[0],
+            w.positive[2], w.negative[0], w.negative[2]);
+  split_row(row_h, kMagnitudesLo << shift_h, kMagnitudesHi << shift_h, w.positive[1],
+            w.positive[3], w.negative[1], w.negative[3]);
+  return w;
 }
 
-// Whether the block partials sum * 2^(sa+sb-256) of a tile (sum = 4 * dot, an integer, |sum| <=
-// 4608) can be accumulated in fp32 without leaving its normal range: every scale finite, the
-// factors 2^(sa-127) and 2^(sb-129) normal, the smallest nonzero partial at least 2^-126 and the
-// largest total (2^20 blocks) below 2^127.
-[[maybe_unused]] __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
+// Whether the tile sums of a warp can be scaled and accumulated in fp32 without leaving its normal
+// range: 2^(ea - 127) and 2^(eb - 129) normal, the smallest nonzero term 2^(ea + eb - 256) at least
+// 2^-126, and 2^24 tiles of the largest (|sum| < 2^20.2) below 2^127.
+__device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
                                                        uint32_t b_hi) {
-  return a_lo >= 1 && b_lo >= 3 && a_hi <= 254 && b_hi <= 254 && a_lo + b_lo >= 130 &&
-         a_hi + b_hi <= 350;
+  return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
 }
 
-// The activations of one chunk (rows [0, 8 * kNTiles), blocks [block0, block0 + 16)) held in
-// registers between their loads and their decode into shared memory, so the loads of chunk i + 1
-// are in flight while chunk i is multiplied. Thread t owns blocks u = t + 128 i (row u / 16,
-// block u % 16): 16 packed bytes and the scale byte of each.
+// The activation blocks this thread converts in one chunk, held in registers between their loads
+// and their conversion into shared memory, so the loads of chunk i + 1 are in flight while chunk i
+// is used. Warp w takes pairs w, w + 4, ...; lane (r, j) takes row r and block j of the pair.
 template <int kNTiles>
-struct ActivationChunk {
-  uint4 blocks[kNTiles];
-  uint32_t scales[kNTiles];  // 0x100 marks a block that does not exist (row >= M or past K)
+struct ActivationBlocks {
+  uint4 codes[ChunkShape<kNTiles>::kPairsPerWarp];
+  uint32_t scale[ChunkShape<kNTiles>::kPairsPerWarp];  // 0x100: absent (row >= M, outside the partition)
 };
 
 template <int kNTiles>
-__device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t block0,
-                                                 int64_t blocks, bool vector_loads,
-                                                 ActivationChunk<kNTiles>& out) {
+__device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t chunk_block0,
+                                                 int64_t block_begin, int64_t block_end,
+                                                 bool vector_loads, ActivationBlocks<kNTiles>& out) {
+  using Shape = ChunkShape<kNTiles>;
+  const int warp = threadIdx.x / 32, r = (threadIdx.x % 32) / 4, j = threadIdx.x % 4;
 #pragma unroll
-  for (int i = 0; i < kNTiles; ++i) {
-    const int u = threadIdx.x + kThreads * i, row = u / kChunkBlocks;
-    const int64_t block = block0 + u % kChunkBlocks;
+  for (int i = 0; i < Shape::kPairsPerWarp; ++i) {
+    const int pair = warp + kWarps * i, tile = pair % Shape::kTiles, nt = pair / Shape::kTiles;
+    const int row = nt * 8 + r;
+    const int64_t block = chunk_block0 + tile * 4 + j;
     uint4 v = {0, 0, 0, 0};
     uint32_t scale = 0x100u;
-    if (row < p.m && block < blocks) {
+    if (row < p.m && block >= block_begin && block < block_end) {
       const uint8_t* src = p.a.data + row * p.a.stride_bytes + block * 16;
       if (vector_loads) {
         v = __ldg(reinterpret_cast<const uint4*>(src));
@@ -161,51 +186,266 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t b
       }
       scale = __ldg(p.a.scale + row * p.a.scale_stride + block);
     }
-    out.blocks[i] = v;
-    out.scales[i] = scale;
+    out.codes[i] = v;
+    out.scale[i] = scale;
   }
 }
 
-// Where one stage's decoded activations live in shared memory.
+// Where one chunk's converted activations live in shared memory.
 template <int kNTiles>
 struct Stage {
-  static constexpr int kRows = 8 * kNTiles;
-  uint8_t* values;   // [row][kActRowBytes]: the chunk's 16 blocks as fp16 2*E2M1, order kept
-  uint8_t* scale;    // [row][16] E8M0 bytes
-  float* factor;     // [block][row] 2^(scale - 127)
-  uint32_t* range;   // [warp][2]: min and max scale byte over the chunk's existing blocks
-  static constexpr int kBytes = kRows * (kActRowBytes + kChunkBlocks + 4 * kChunkBlocks) + 32;
+  using Shape = ChunkShape<kNTiles>;
+  uint8_t* values;     // [row][Shape::kRowBytes]
+  uint8_t* exponent;   // [row][block]: the exponent e of the stored values (value * 2^(e - 128))
+  float* factor;       // [tile][row]: 2^(e - 127) of a folded (row, tile)
+  uint32_t* summary;   // [tile][n tile]: min e | max e << 8 | all rows folded << 16
+  static constexpr int kBytes =
+      (Shape::kRows * (Shape::kRowBytes + Shape::kBlocks + 4 * Shape::kTiles) +
+       4 * Shape::kTiles * kNTiles + 15) / 16 * 16;
   __device__ explicit Stage(uint8_t* base)
       : values(base),
-        scale(base + kRows * kActRowBytes),
-        factor(reinterpret_cast<float*>(base + kRows * (kActRowBytes + kChunkBlocks))),
-        range(reinterpret_cast<uint32_t*>(base + kRows * (kActRowBytes + 5 * kChunkBlocks))) {}
+        exponent(base + Shape::kRows * Shape::kRowBytes),
+        factor(reinterpret_cast<float*>(base + Shape::kRows * (Shape::kRowBytes + Shape::kBlocks))),
+        summary(reinterpret_cast<uint32_t*>(
+            base + Shape::kRows * (Shape::kRowBytes + Shape::kBlocks + 4 * Shape::kTiles))) {}
 };
 
+// Four E2M1 codes (low 16 bits) -> four int8 2 * value * 2^shift and their negations.
+__device__ __forceinline__ void signed_values(uint32_t codes, uint32_t pos_lo, uint32_t pos_hi,
+                                              uint32_t neg_lo, uint32_t neg_hi, uint32_t& value,
+                                              uint32_t& negated) {
+  const uint32_t index = codes & 0x7777u;
+  const uint32_t positive = permute(pos_lo, pos_hi, index);
+  const uint32_t negative = permute(neg_lo, neg_hi, index);
+  const uint32_t select = 0x3210u | ((codes >> 1) & 0x4444u);  // bytes 4..7 where the sign is set
+  value = permute(positive, negative, select);
+  negated = permute(negative, positive, select);
+}
+
+// Converts this thread's blocks into the stage: each (row, K tile) is folded when its present
+// blocks' scales lie within kMaxShift of the smallest and none is NaN; lane 0 of each pair writes
+// the pair's summary (exponent range of existing rows, whether all were folded).
 template <int kNTiles>
-__device__ __forceinline__ void store_activations(const ActivationChunk<kNTiles>& chunk,
+__device__ __forceinline__ void store_activations(const GemmProblem& p,
+                                                  const ActivationBlocks<kNTiles>& in,
                                                   const Stage<kNTiles>& stage) {
-  uint32_t lo = 0xFFu, hi = 0;
+  using Shape = ChunkShape<kNTiles>;
+  const int warp = threadIdx.x / 32, r = (threadIdx.x % 32) / 4, j = threadIdx.x % 4;
 #pragma unroll
-  for (int i = 0; i < kNTiles; ++i) {
-    const int u = threadIdx.x + kThreads * i, row = u / kChunkBlocks, block = u % kChunkBlocks;
-    const uint4 v = chunk.blocks[i];
-    uint4* dst = reinterpret_cast<uint4*>(stage.values + row * kActRowBytes + block * 64);
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  for (int i = 0; i < Shape::kPairsPerWarp; ++i) {
+    const int pair = warp + kWarps * i, tile = pair % Shape::kTiles, nt = pair / Shape::kTiles;
+    const int row = nt * 8 + r, block = tile * 4 + j;
+    const uint32_t scale = in.scale[i];
+    const bool present = scale <= 0xFFu;
+    // The row's range over the tile's four blocks (lanes j = 0..3).
+    uint32_t lo = present ? scale : 0xFFu, hi = present ? scale : 0u;
+#pragma unroll
+    for (int step = 1; step < 4; step *= 2) {
+      lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, step));
+      hi = max(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, step));
+    }
+    const bool any = lo <= hi;
+    const bool folded = !any || (hi - lo <= kMaxShift && hi < 0xFFu);
+    const uint32_t base = any ? lo : 127u;
+    const uint32_t shift = folded && present ? scale - base : 0u;
+    const uint32_t exponent = folded ? base : (present ? scale : 127u);
+
+    const uint32_t pos_lo = kMagnitudesLo << shift, pos_hi = kMagnitudesHi << shift;
+    const uint32_t neg_lo = __vsub4(0u, pos_lo), neg_hi = __vsub4(0u, pos_hi);
+    uint4* dst = reinterpret_cast<uint4*>(stage.values + row * Shape::kRowBytes + block * 64);
+    const uint32_t words[4] = {in.codes[i].x, in.codes[i].y, in.codes[i].z, in.codes[i].w};
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const uint2 lo = e2m1x4_to_f16x4(words[q]), hi = e2m1x4_to_f16x4(words[q] >> 16);
-      dst[q] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      uint4 out;
+      signed_values(words[q], pos_lo, pos_hi, neg_lo, neg_hi, out.x, out.z);
+      signed_values(words[q] >> 16, pos_lo, pos_hi, neg_lo, neg_hi, out.y, out.w);
+      dst[q] = out;
     }
-    const uint32_t s = chunk.scales[i] & 0xFFu;
-    stage.scale[row * kChunkBlocks + block] = static_cast<uint8_t>(s);
-    stage.factor[block * Stage<kNTiles>::kRows + row] = __uint_as_float(s << 23);
-    if (chunk.scales[i] <= 0xFFu) lo = min(lo, s), hi = max(hi, s);
+    stage.exponent[row * Shape::kBlocks + block] = static_cast<uint8_t>(exponent);
+    if (j == 0) stage.factor[tile * Shape::kRows + row] = __uint_as_float(folded ? base << 23 : 0u);
+
+    const bool exists = row < p.m && any;
+    const uint32_t e_lo = __reduce_min_sync(0xFFFFFFFFu, exists ? base : 0xFFu);
+    const uint32_t e_hi = __reduce_max_sync(0xFFFFFFFFu, exists ? base : 0u);
+    const bool all_folded = __all_sync(0xFFFFFFFFu, folded);
+    if (threadIdx.x % 32 == 0)
+      stage.summary[tile * kNTiles + nt] = e_lo | e_hi << 8 | (all_folded ? 1u : 0u) << 16;
   }
-  warp_range(lo, hi);
-  if (threadIdx.x % 32 == 0) {
-    stage.range[2 * (threadIdx.x / 32)] = lo;
-    stage.range[2 * (threadIdx.x / 32) + 1] = hi;
+}
+
+// Offset of lane L's half h (row g + 8h) inside a slot.
+__device__ __forceinline__ int half_offset(int lane, int h) {
+  return lane * 32 + 16 * (h ^ ((lane >> 2) & 1));
+}
+
+// Where this lane's share of each weight K tile comes from, fixed for the whole partition.
+template <bool kPrepared>
+struct WeightSource {
+  const uint8_t* codes[2];  // prepared: the first tile; plain: rows g and g + 8 at the first tile
+  const uint8_t* scales;    // prepared (lanes 0..3): the first tile; plain (lanes 0..15): row lane
+  bool present[3] = {true, true, true};  // plain: rows g, g + 8 and row `lane` exist
+
+  __device__ WeightSource(const GemmProblem& p, int64_t row0, int64_t tile_begin, int lane) {
+    const int g = lane / 4, t = lane % 4;
+    if constexpr (kPrepared) {
+      const int64_t first = (row0 / 16) * layout::k_tiles(p.k) + tile_begin;
+      codes[0] = p.b.data + first * 1024 + lane * 32;
+      codes[1] = codes[0] + 16;
+      scales = p.b.scale + first * 64 + 16 * (lane % 4);
+    } else {
+      // Lane (g, t) copies block t of rows g and g + 8 (K % 128 == 0: every block exists).
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + g + 8 * h;
+        present[h] = row < p.n;
+        codes[h] = p.b.data + (present[h] ? row : 0) * p.b.stride_bytes + (tile_begin * 4 + t) * 16;
+      }
+      present[2] = row0 + lane % 16 < p.n;
+      scales = p.b.scale + (present[2] ? row0 + lane % 16 : 0) * p.b.scale_stride + tile_begin * 4;
+    }
+  }
+
+  // Issues the copies of the partition's K tile `tile` into `slot`.
+  __device__ __forceinline__ void copy(int tile, int lane, uint8_t* slot) const {
+    if constexpr (kPrepared) {
+      const size_t offset = size_t(tile) * 1024;
+      copy_async<16>(slot + half_offset(lane, 0), codes[0] + offset, true);
+      copy_async<16>(slot + half_offset(lane, 1), codes[1] + offset, true);
+      if (lane < 4) copy_async<16>(slot + 1024 + 16 * lane, scales + size_t(tile) * 64, true);
+    } else {
+      // Piece q of block t belongs to lane (g, q).
+      const int g = lane / 4, t = lane % 4;
+      const size_t offset = size_t(tile) * 64;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          copy_async<4>(slot + half_offset(g * 4 + q, h) + 4 * t, codes[h] + offset + 4 * q,
+                        present[h]);
+      if (lane < 16)  // row lane's four block scales
+        copy_async<4>(slot + 1024 + (lane % 8) * 8 + (lane / 8) * 4, scales + size_t(tile) * 4,
+                      present[2]);
+    }
+  }
+};
+
+// Selector that replaces the bytes of blocks outside [first, last) by block `first`'s, so they
+// do not count in a row's scale range.
+__device__ __forceinline__ uint32_t valid_block_selector(int first, int last) {
+  uint32_t selector = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    selector |= static_cast<uint32_t>(j >= first && j < last ? j : first) << (4 * j);
+  return selector;
+}
+
+// A weight row's K tile folded relative to its smallest scale: the per-block shifts (one per
+// byte) and whether they all fit kMaxShift with no NaN (0xFF) block.
+struct FoldedRow {
+  uint32_t base, shifts;
+  bool ok;
+};
+__device__ __forceinline__ FoldedRow fold_row(uint32_t scales) {
+  const uint32_t s0 = scales & 0xFFu, s1 = (scales >> 8) & 0xFFu, s2 = (scales >> 16) & 0xFFu,
+                 s3 = scales >> 24;
+  FoldedRow row;
+  row.base = min(min(s0, s1), min(s2, s3));
+  row.shifts = scales - row.base * 0x01010101u;  // no borrows: every byte >= base
+  row.ok = (row.shifts & 0xFCFCFCFCu) == 0 && row.base <= 0xFFu - 1 - kMaxShift;
+  return row;
+}
+
+// The exact path for one 8-row activation tile: block by block with unshifted weights, the exact
+// partial isum * 2^(ea + sb - 256) added in double (NaN when a scale is 0xFF). Cold, so kept out of
+// line; `sums` is in local memory. act_row: this lane's 16 bytes of the tile's first block;
+// exponents: the tile's first block for activation row 2t (row 2t + 1 follows kBlocks later).
+template <int kBlocks>
+__device__ __noinline__ void exact_blocks(double* sums, uint4 row_g, uint4 row_h, uint2 scales,
+                                          const uint8_t* act_row, const uint8_t* exponents,
+                                          int first_j, int last_j) {
+  const uint32_t words[2][4] = {{row_g.x, row_g.y, row_g.z, row_g.w},
+                                {row_h.x, row_h.y, row_h.z, row_h.w}};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (j < first_j || j >= last_j) continue;
+    const WeightBlock w = weight_block(words[0][j], words[1][j], 0, 0);
+    const uint4 v = *reinterpret_cast<const uint4*>(act_row + j * 64);
+    int32_t sum[4] = {0, 0, 0, 0};
+    mma_u8s8(sum, w.positive, v.x, v.y);
+    mma_u8s8(sum, w.negative, v.z, v.w);
+    const uint32_t ea0 = exponents[j], ea1 = exponents[kBlocks + j];
+    const uint32_t sb0 = permute(scales.x, 0, 0x4440u | j), sb1 = permute(scales.y, 0, 0x4440u | j);
+    sums[0] = fma(static_cast<double>(sum[0]), block_scale(ea0, sb0), sums[0]);
+    sums[1] = fma(static_cast<double>(sum[1]), block_scale(ea1, sb0), sums[1]);
+    sums[2] = fma(static_cast<double>(sum[2]), block_scale(ea0, sb1), sums[2]);
+    sums[3] = fma(static_cast<double>(sum[3]), block_scale(ea1, sb1), sums[3]);
+  }
+}
+
+// Multiplies one K tile of this warp's 16 weight rows (codes w0, w1 and scales as read from the
+// slot) with every activation tile, blocks [first_j, last_j) of it (kWhole: all four, the lean
+// path of every tile but a partition's ends).
+template <int kNTiles, bool kWhole>
+__device__ __forceinline__ void multiply_tile(const Stage<kNTiles>& act, int tile_in_chunk,
+                                              uint4 w0, uint4 w1, uint2 scales, int first_j,
+                                              int last_j, const bool (&row_exists)[2],
+                                              int n_tiles_used, float (&fast)[kNTiles][4],
+                                              double* exact) {
+  using Shape = ChunkShape<kNTiles>;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  if constexpr (kWhole) first_j = 0, last_j = 4;
+  const uint32_t words[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
+  const uint32_t selector = kWhole ? 0x3210u : valid_block_selector(first_j, last_j);
+
+  // Weight folding: each row's block shifts relative to its smallest scale in the tile, and
+  // this lane's part of the fp32 range check (rows that do not exist count as folded).
+  const FoldedRow rows[2] = {fold_row(kWhole ? scales.x : permute(scales.x, 0, selector)),
+                             fold_row(kWhole ? scales.y : permute(scales.y, 0, selector))};
+  const bool lane_folded = (rows[0].ok || !row_exists[0]) && (rows[1].ok || !row_exists[1]);
+  const uint32_t b_lo =
+      min(row_exists[0] ? rows[0].base : 0xFFu, row_exists[1] ? rows[1].base : 0xFFu);
+  const uint32_t b_hi = max(row_exists[0] ? rows[0].base : 0u, row_exists[1] ? rows[1].base : 0u);
+  // 2^(base - 129) per weight row; the extra 1/4 undoes the doubling of both operands.
+  const float fb[2] = {__uint_as_float((rows[0].base - 2) << 23),
+                       __uint_as_float((rows[1].base - 2) << 23)};
+  WeightBlock folded[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    folded[j] = weight_block(words[0][j], words[1][j], permute(rows[0].shifts, 0, 0x4440u | j),
+                             permute(rows[1].shifts, 0, 0x4440u | j));
+
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    if (nt >= n_tiles_used) break;  // uniform
+    const uint32_t summary = act.summary[tile_in_chunk * kNTiles + nt];
+    const uint32_t a_lo = summary & 0xFFu, a_hi = (summary >> 8) & 0xFFu;
+    const bool fast_path =
+        __all_sync(0xFFFFFFFFu, lane_folded && fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi)) &&
+        ((summary >> 16) & 1u);
+    // The activation row of column n of the MMA is nt * 8 + n; lane (g, t) supplies column g.
+    const uint8_t* act_row =
+        act.values + (nt * 8 + g) * Shape::kRowBytes + tile_in_chunk * 4 * 64 + 16 * t;
+    if (fast_path) {
+      // Two independent MMA chains (even and odd blocks) halve the dependent latency.
+      int32_t sum[2][4] = {};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!kWhole && (j < first_j || j >= last_j)) continue;  // uniform
+        const uint4 v = *reinterpret_cast<const uint4*>(act_row + j * 64);
+        mma_u8s8(sum[j & 1], folded[j].positive, v.x, v.y);
+        mma_u8s8(sum[j & 1], folded[j].negative, v.z, v.w);
+      }
+      // Accumulator i: weight row g (+8 for i >= 2), activation row nt * 8 + 2t + (i & 1).
+      const float2 fa = *reinterpret_cast<const float2*>(
+          act.factor + tile_in_chunk * Shape::kRows + nt * 8 + 2 * t);
+      fast[nt][0] = fmaf(static_cast<float>(sum[0][0] + sum[1][0]), fa.x * fb[0], fast[nt][0]);
+      fast[nt][1] = fmaf(static_cast<float>(sum[0][1] + sum[1][1]), fa.y * fb[0], fast[nt][1]);
+      fast[nt][2] = fmaf(static_cast<float>(sum[0][2] + sum[1][2]), fa.x * fb[1], fast[nt][2]);
+      fast[nt][3] = fmaf(static_cast<float>(sum[0][3] + sum[1][3]), fa.y * fb[1], fast[nt][3]);
+    } else {
+      exact_blocks<Shape::kBlocks>(
+          exact + nt * 4, w0, w1, scales, act_row,
+          act.exponent + (nt * 8 + 2 * t) * Shape::kBlocks + tile_in_chunk * 4, first_j, last_j);
+    }
   }
 }
 
@@ -213,146 +453,93 @@ template <int kNTiles, bool kPrepared>
 __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, int splits) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
-  constexpr int kRows = 8 * kNTiles;
+  using Shape = ChunkShape<kNTiles>;
   extern __shared__ __align__(16) uint8_t smem[];
-  // Two stages of decoded activations (chunk i in one while chunk i + 1 is written to the other),
-  // then each warp's ring of weight slots.
-  const Stage<kNTiles> stages[2] = {Stage<kNTiles>(smem), Stage<kNTiles>(smem + Stage<kNTiles>::kBytes)};
+  // Two stages of converted activations (chunk i in one while chunk i + 1 is written to the
+  // other), then each warp's ring of weight slots.
+  // (Built per use from smem, never kept in an indexed array: that would live in local memory
+  // and turn every shared-memory access into a generic one.)
+  auto stage = [&](int chunk) {
+    return Stage<kNTiles>(smem + (chunk & 1) * Stage<kNTiles>::kBytes);
+  };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   uint8_t* ring = smem + 2 * Stage<kNTiles>::kBytes + warp * kStages * kSlotBytes;
 
   const int64_t row0 = int64_t{blockIdx.x} * kRowsPerCta + warp * 16;  // this warp's weight rows
   const bool warp_has_rows = row0 < p.n;
-  const int64_t blocks = p.k / 32, k_tiles = layout::k_tiles(p.k);
+  const bool row_exists[2] = {row0 + g < p.n, row0 + g + 8 < p.n};
+  const int64_t blocks = p.k / 32;
   const int split = blockIdx.y;
   const int64_t block_begin = split * blocks / splits, block_end = (split + 1) * blocks / splits;
   const int64_t tile_begin = block_begin / 4, tile_end = (block_end + 3) / 4;
-  const bool vector_a = reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
-  const uint32_t row_mask[2] = {row0 + g < p.n ? 0xFu : 0u, row0 + g + 8 < p.n ? 0xFu : 0u};
-
-  // Tiles are counted from the partition's first (32-bit counters: the loop runs per K tile).
+  const bool vector_a =
+      reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
+  // Counted from the partition's first tile in 32 bits: blocks [begin, end) of tile 0.. are the
+  // partition's.
   const int tiles = static_cast<int>(tile_end - tile_begin);
-  const int first_block = static_cast<int>(block_begin - tile_begin * 4);  // blocks to skip
-  const int last_block = static_cast<int>(block_end - tile_begin * 4);
-  const int blocks_here = static_cast<int>(blocks - tile_begin * 4);  // blocks that exist
+  const int begin = static_cast<int>(block_begin - tile_begin * 4);
+  const int end = static_cast<int>(block_end - tile_begin * 4);
+  const int n_tiles_used = static_cast<int>((p.m + 7) / 8);  // activation tiles with rows
+  const WeightSource<kPrepared> source(p, row0, tile_begin, lane);
 
   // Prologue: the first kStages - 1 weight tiles in flight, the first activation chunk staged
   // and the second one loading.
   auto issue = [&](int tile) {
     if (warp_has_rows && tile < tiles)
-      copy_weight_tile<kPrepared>(p, row0, tile_begin + tile, k_tiles, blocks, lane,
-                                  ring + (tile & (kStages - 1)) * kSlotBytes);
+      source.copy(tile, lane, ring + (tile & (kStages - 1)) * kSlotBytes);
     commit_copies();  // an empty group past the end keeps the group count uniform
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
-  ActivationChunk<kNTiles> next_act;
-  load_activations<kNTiles>(p, tile_begin * 4, blocks, vector_a, next_act);
-  store_activations<kNTiles>(next_act, stages[0]);
-  if (kChunkTiles < tiles)
-    load_activations<kNTiles>(p, (tile_begin + kChunkTiles) * 4, blocks, vector_a, next_act);
+  ActivationBlocks<kNTiles> next_act;
+  load_activations<kNTiles>(p, tile_begin * 4, block_begin, block_end, vector_a, next_act);
+  store_activations<kNTiles>(p, next_act, stage(0));
+  if (Shape::kTiles < tiles)
+    load_activations<kNTiles>(p, (tile_begin + Shape::kTiles) * 4, block_begin, block_end,
+                              vector_a, next_act);
   __syncthreads();
 
-  // Block partials go to fp32 accumulators where the tile's scales allow it, else to doubles
-  // (rare: kept in local memory, out of the fast path's way).
+  // Tile sums go to fp32 accumulators where the scales allow it, else block partials go to
+  // doubles (rare: kept in local memory, out of the fast path's way).
   float fast[kNTiles][4] = {};
   double exact[kNTiles * 4];
 #pragma unroll
   for (int i = 0; i < kNTiles * 4; ++i) exact[i] = 0.0;
-  uint32_t a_lo = 0, a_hi = 0;  // the current activation chunk's scale range
 
 #pragma unroll 1
   for (int tile = 0; tile < tiles; ++tile) {
-    const int chunk = tile / kChunkTiles;
-    if ((tile & (kChunkTiles - 1)) == 0) {
-      if (tile != 0) {
-        // Entering `chunk`: its activations go to stage chunk % 2 (read last by chunk - 2, which
-        // every warp finished before the previous barrier), then the next chunk loads.
-        store_activations<kNTiles>(next_act, stages[chunk & 1]);
-        __syncthreads();
-        if ((chunk + 1) * kChunkTiles < tiles)
-          load_activations<kNTiles>(p, (tile_begin + (chunk + 1) * kChunkTiles) * 4, blocks,
-                                    vector_a, next_act);
-      }
-      const Stage<kNTiles>& act = stages[chunk & 1];
-      a_lo = 0xFFu, a_hi = 0;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) a_lo = min(a_lo, act.range[2 * w]), a_hi = max(a_hi, act.range[2 * w + 1]);
+    const int chunk = tile / Shape::kTiles, tile_in_chunk = tile % Shape::kTiles;
+    if (tile_in_chunk == 0 && tile != 0) {
+      // Entering `chunk`: its activations go to stage chunk % 2 (read last by chunk - 2, which
+      // every warp finished before the previous barrier), then the next chunk loads.
+      store_activations<kNTiles>(p, next_act, stage(chunk));
+      __syncthreads();
+      if ((chunk + 1) * Shape::kTiles < tiles)
+        load_activations<kNTiles>(p, (tile_begin + (chunk + 1) * Shape::kTiles) * 4, block_begin,
+                                  block_end, vector_a, next_act);
     }
     issue(tile + kStages - 1);
     if (!warp_has_rows) continue;
     wait_copies<kStages - 1>();
     __syncwarp();
 
-    const Stage<kNTiles>& act = stages[chunk & 1];
+    const Stage<kNTiles> act = stage(chunk);
     const uint8_t* slot = ring + (tile & (kStages - 1)) * kSlotBytes;
     const uint4 w0 = *reinterpret_cast<const uint4*>(slot + half_offset(lane, 0));
     const uint4 w1 = *reinterpret_cast<const uint4*>(slot + half_offset(lane, 1));
     const uint2 scales = *reinterpret_cast<const uint2*>(slot + 1024 + g * 8);
-    const uint32_t words[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
+    __syncwarp();  // every lane has its words: the slot may be refilled
 
-    // fp32 or double for this tile: one warp-wide look at the scales it multiplies.
-    const int exist = blocks_here - tile * 4;
-    const uint32_t valid = exist >= 4 ? 0xFu : (1u << exist) - 1u;
-    uint32_t b_lo = 0xFFu, b_hi = 0;
-    scale_range(scales.x, valid & row_mask[0], b_lo, b_hi);
-    scale_range(scales.y, valid & row_mask[1], b_lo, b_hi);
-    warp_range(b_lo, b_hi);
-    const bool use_fp32 = fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi);
-
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int block = tile * 4 + j;  // relative to the first tile
-      if (block < first_block || block >= last_block) continue;  // warp-uniform
-      // Weight rows g and g + 8, elements [8t, 8t + 8) of block j as fp16 2*E2M1: the first four
-      // feed the block's first k16 MMA, the last four its second (activations likewise).
-      const uint2 r0a = e2m1x4_to_f16x4(words[0][j]), r0b = e2m1x4_to_f16x4(words[0][j] >> 16);
-      const uint2 r1a = e2m1x4_to_f16x4(words[1][j]), r1b = e2m1x4_to_f16x4(words[1][j] >> 16);
-      const uint32_t a_first[4] = {r0a.x, r1a.x, r0a.y, r1a.y};
-      const uint32_t a_second[4] = {r0b.x, r1b.x, r0b.y, r1b.y};
-      const uint32_t sb0 = __byte_perm(scales.x, 0, 0x4440 | j);
-      const uint32_t sb1 = __byte_perm(scales.y, 0, 0x4440 | j);
-      const int local_block = (tile & (kChunkTiles - 1)) * 4 + j;
-      // The MMAs give sum = 4 * (block dot product), exactly.
-      auto block_sum = [&](int nt, float (&sum)[4]) {
-        const uint4 v = *reinterpret_cast<const uint4*>(
-            act.values + (nt * 8 + g) * kActRowBytes + local_block * 64 + 16 * t);
-        const uint32_t b_first[2] = {v.x, v.y}, b_second[2] = {v.z, v.w};
-        sum[0] = sum[1] = sum[2] = sum[3] = 0.0f;
-        mma_f16_16x8x16(sum, a_first, b_first);
-        mma_f16_16x8x16(sum, a_second, b_second);
-      };
-      if (use_fp32) {
-        // fb carries the 1/4: sum * fa * fb = dot * 2^(sa + sb - 254).
-        const float fb0 = __uint_as_float((sb0 - 2) << 23), fb1 = __uint_as_float((sb1 - 2) << 23);
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          float sum[4];
-          block_sum(nt, sum);
-          // Accumulator i: weight row g (+8 for i >= 2), activation row 2t + (i & 1).
-          const float2 fa =
-              *reinterpret_cast<const float2*>(act.factor + local_block * kRows + nt * 8 + 2 * t);
-          fast[nt][0] = fmaf(sum[0], fa.x * fb0, fast[nt][0]);
-          fast[nt][1] = fmaf(sum[1], fa.y * fb0, fast[nt][1]);
-          fast[nt][2] = fmaf(sum[2], fa.x * fb1, fast[nt][2]);
-          fast[nt][3] = fmaf(sum[3], fa.y * fb1, fast[nt][3]);
-        }
-      } else {
-#pragma unroll 1
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          float sum[4];
-          block_sum(nt, sum);
-          const uint32_t sa0 = act.scale[(nt * 8 + 2 * t) * kChunkBlocks + local_block];
-          const uint32_t sa1 = act.scale[(nt * 8 + 2 * t + 1) * kChunkBlocks + local_block];
-          double* e = exact + nt * 4;  // block_scale: 2^(sa + sb - 256), NaN for 0xFF
-          e[0] = fma(static_cast<double>(sum[0]), block_scale(sa0, sb0), e[0]);
-          e[1] = fma(static_cast<double>(sum[1]), block_scale(sa1, sb0), e[1]);
-          e[2] = fma(static_cast<double>(sum[2]), block_scale(sa0, sb1), e[2]);
-          e[3] = fma(static_cast<double>(sum[3]), block_scale(sa1, sb1), e[3]);
-        }
-      }
+    // The blocks of this tile inside the partition: all four except at its ends.
+    const int first_j = tile == 0 ? begin : 0;
+    const int last_j = min(end - 4 * tile, 4);
+    if (first_j == 0 && last_j == 4) {
+      multiply_tile<kNTiles, true>(act, tile_in_chunk, w0, w1, scales, 0, 4, row_exists,
+                                   n_tiles_used, fast, exact);
+    } else {
+      multiply_tile<kNTiles, false>(act, tile_in_chunk, w0, w1, scales, first_j, last_j,
+                                    row_exists, n_tiles_used, fast, exact);
     }
-    __syncwarp();  // every lane is done with the slot before it is refilled
   }
   wait_copies<0>();
 
@@ -403,8 +590,9 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
 }
 
 template <int kNTiles>
-size_t shared_bytes() {
-  const size_t staging = 2 * size_t{Stage<kNTiles>::kBytes} + size_t{kWarps} * kStages * kSlotBytes;
+constexpr size_t shared_bytes() {
+  const size_t staging =
+      2 * size_t{Stage<kNTiles>::kBytes} + size_t{kWarps} * kStages * kSlotBytes;
   const size_t sums = size_t{kNTiles} * 4 * kThreads * sizeof(double);
   return staging > sums ? staging : sums;
 }
@@ -431,12 +619,40 @@ void launch(const GemmProblem& p, int splits, int64_t ctas) {
              "gemm_decode_kernel launch");
 }
 
-template <bool kPrepared>
-void launch_for_m(const GemmProblem& p, int splits, int64_t ctas) {
-  if (p.m <= 8) return launch<1, kPrepared>(p, splits, ctas);
-  if (p.m <= 16) return launch<2, kPrepared>(p, splits, ctas);
-  if (p.m <= 32) return launch<4, kPrepared>(p, splits, ctas);
-  return launch<8, kPrepared>(p, splits, ctas);
+// CTAs of this kind resident on one SM (registers and shared memory), asked once.
+template <int kNTiles, bool kPrepared>
+int ctas_per_sm() {
+  static const int count = [] {
+    int blocks = 1;
+    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, gemm_decode_kernel<kNTiles, kPrepared>, kThreads, shared_bytes<kNTiles>());
+    return status == cudaSuccess && blocks > 0 ? blocks : 1;
+  }();
+  return count;
+}
+
+// Splits of K when the caller leaves the choice: as many as fill every SM's resident CTA slots in
+// one wave (a second, partial wave would cost as much as the first), each partition at least two
+// activation chunks long.
+template <int kNTiles, bool kPrepared>
+int auto_splits(const GemmProblem& p, int64_t ctas) {
+  const int64_t resident =
+      int64_t{ctas_per_sm<kNTiles, kPrepared>()} * device_info(p.device.ordinal).sm_count;
+  int64_t splits = std::clamp<int64_t>(resident / ctas, 1, kMaxSplits);
+  while (splits > 1 && (p.k / 32) / splits < 2 * ChunkShape<kNTiles>::kBlocks) --splits;
+  return static_cast<int>(splits);
+}
+
+template <int kNTiles, bool kPrepared>
+void launch_for(const GemmProblem& p, int64_t ctas) {
+  const int splits = p.split_k != 0 ? p.split_k : auto_splits<kNTiles, kPrepared>(p, ctas);
+  launch<kNTiles, kPrepared>(p, splits, ctas);
+}
+
+template <int kNTiles>
+void launch_with(const GemmProblem& p, int64_t ctas) {
+  if (p.b.layout == A4W4_LAYOUT_PLAIN) return launch_for<kNTiles, false>(p, ctas);
+  launch_for<kNTiles, true>(p, ctas);
 }
 
 }  // namespace
@@ -469,20 +685,10 @@ std::string gemm_decode_why_not(const GemmProblem& p) {
 void gemm_decode(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
   const int64_t ctas = (p.n + kRowsPerCta - 1) / kRowsPerCta;
-  const int64_t blocks = p.k / 32;
-  int splits = p.split_k;
-  if (splits == 0) {
-    // Enough CTAs for about four per SM, each partition at least one chunk long.
-    const int64_t want = 4 * int64_t{device_info(p.device.ordinal).sm_count};
-    splits = 1;
-    while (splits < kMaxSplits && ctas * splits < want && blocks / (2 * splits) >= kChunkBlocks)
-      splits *= 2;
-  }
-  if (p.b.layout == A4W4_LAYOUT_PLAIN) {
-    launch_for_m<false>(p, splits, ctas);
-  } else {
-    launch_for_m<true>(p, splits, ctas);
-  }
+  if (p.m <= 8) return launch_with<1>(p, ctas);
+  if (p.m <= 16) return launch_with<2>(p, ctas);
+  if (p.m <= 32) return launch_with<4>(p, ctas);
+  return launch_with<8>(p, ctas);
 }
 
 }  // namespace a4w4::cuda

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -15,100 +17,127 @@ namespace a4w4::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kValuesPerThread = 8;
-constexpr int kThreadsPerBlock32 = 32 / kValuesPerThread;
+constexpr int kValuesPerThread = 8;  // dequantizer
 
-// Loads 8 consecutive values starting at `index` as floats (exact widening).
+// Widens the 16-bit float in the low half of `half_bits` exactly to fp32.
 template <typename T>
-__device__ __forceinline__ void load8(const void* base, int64_t index, bool vector_ok,
-                                      float (&v)[8]) {
-  const T* p = static_cast<const T*>(base) + index;
-  if constexpr (sizeof(T) == 4) {
-    if (vector_ok) {
-      const float4 x0 = reinterpret_cast<const float4*>(p)[0];
-      const float4 x1 = reinterpret_cast<const float4*>(p)[1];
-      v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w;
-      v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
-      return;
-    }
+__device__ __forceinline__ float widen(uint32_t half_bits) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(half_bits << 16);
   } else {
-    if (vector_ok) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(p);
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t lo = words[i] & 0xFFFFu, hi = words[i] >> 16;
-        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-          v[2 * i] = __uint_as_float(lo << 16);
-          v[2 * i + 1] = __uint_as_float(hi << 16);
-        } else {
-          v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(lo)));
-          v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(hi)));
-        }
-      }
-      return;
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(half_bits)));
+  }
+}
+
+// The 32 values of one block as raw words: 16 words of two 16-bit floats, or 32 fp32 words.
+template <typename T>
+struct BlockValues {
+  static constexpr int kWords = sizeof(T) == 4 ? 32 : 16;
+  uint32_t words[kWords];
+  __device__ float value(int i) const {
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(words[i]);
+    } else {
+      return widen<T>(i % 2 ? words[i / 2] >> 16 : words[i / 2] & 0xFFFFu);
     }
   }
+};
+
+template <typename T>
+__device__ __forceinline__ void load_block(const void* base, int64_t index, bool vector_ok,
+                                           BlockValues<T>& out) {
+  const T* p = static_cast<const T*>(base) + index;
+  if (vector_ok) {  // 16-byte loads through the read-only path (L1 keeps the other half-sectors)
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < BlockValues<T>::kWords / 4; ++i) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      out.words[4 * i] = v.x, out.words[4 * i + 1] = v.y;
+      out.words[4 * i + 2] = v.z, out.words[4 * i + 3] = v.w;
+    }
+    return;
+  }
+  const auto* raw = reinterpret_cast<const std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>*>(p);
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
     if constexpr (sizeof(T) == 4) {
-      v[i] = p[i];
-    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      v[i] = __bfloat162float(p[i]);
+      out.words[i] = raw[i];
+    } else if (i % 2 == 0) {
+      out.words[i / 2] = raw[i];
     } else {
-      v[i] = __half2float(p[i]);
+      out.words[i / 2] |= static_cast<uint32_t>(raw[i]) << 16;
     }
   }
 }
 
-// Each thread takes kPiecesPerThread pieces kThreads apart and issues all their loads before
-// using any, so enough bytes are in flight to keep HBM busy.
-constexpr int kPiecesPerThread = 4;
+// |max| of the block as fp32 bits, compared as integers so a NaN wins over Inf over finite values.
+template <typename T>
+__device__ __forceinline__ uint32_t block_amax_bits(const BlockValues<T>& v) {
+  if constexpr (sizeof(T) == 4) {
+    uint32_t amax = 0;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) amax = max(amax, v.words[i] & 0x7FFFFFFFu);
+    return amax;
+  } else {
+    uint32_t amax2 = 0;  // two 16-bit maxima side by side
+#pragma unroll
+    for (int i = 0; i < 16; ++i) amax2 = __vmaxu2(amax2, v.words[i] & 0x7FFF7FFFu);
+    const uint32_t amax16 = max(amax2 & 0xFFFFu, amax2 >> 16);
+    // The bits of the widened value (widening keeps the order, NaN stays NaN).
+    return __float_as_uint(widen<T>(amax16)) & 0x7FFFFFFFu;
+  }
+}
 
+// The E2M1 magnitude code of y = |v| / 2^e (the rules of numerics/mx.h), from the bits of
+// t = y * 2^-126: below 1, y lands in fp32's subnormals with bit 22 worth 0.5, and from 1 up bit 22
+// is the first mantissa bit, so one round-to-nearest-even at bit 22 is the E2M1 rounding (ties to
+// the even code) and t's bits >> 22 are the code (saturated at 7). y * 2^-126 must be exact or
+// rounded to odd for that single rounding to be right: the 16-bit inputs have at most 11
+// significant bits, so it is exact for every y that can round up to 0.5; fp32 inputs round to odd.
+template <bool kRoundToOdd>
+__device__ __forceinline__ uint32_t magnitude_code(float y) {
+  constexpr float kSubnormalUnit = 1.1754943508222875e-38f;  // 2^-126
+  uint32_t bits;
+  if constexpr (kRoundToOdd) {
+    const float down = __fmul_rz(y, kSubnormalUnit);
+    bits = __float_as_uint(down) | (down != __fmul_ru(y, kSubnormalUnit) ? 1u : 0u);
+  } else {
+    bits = __float_as_uint(__fmul_rn(y, kSubnormalUnit));
+  }
+  const uint32_t rounded = bits + 0x1FFFFFu + ((bits >> 22) & 1u);
+  return min(rounded >> 22, 7u);
+}
+
+// One thread per 32-element block: loads its 64 or 128 bytes, finds the scale, writes 16 packed
+// bytes and the scale byte. A warp covers 32 consecutive blocks of a row (or rows).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeProblem p, bool vector_ok) {
-  const int64_t pieces_per_row = p.cols / kValuesPerThread;
-  const int64_t total = p.rows * pieces_per_row;
-  const int64_t first = int64_t{blockIdx.x} * kThreads * kPiecesPerThread + threadIdx.x;
-  const int lane_in_block = threadIdx.x % kThreadsPerBlock32;
-  float v[kPiecesPerThread][8];
+  const int64_t blocks_per_row = p.cols / 32;
+  const int64_t block = int64_t{blockIdx.x} * kThreads + threadIdx.x;
+  if (block >= p.rows * blocks_per_row) return;
+  const int64_t row = block / blocks_per_row, col = (block % blocks_per_row) * 32;
+  BlockValues<T> v;
+  load_block<T>(p.x.data, row * p.x.stride + col, vector_ok, v);
+
+  const uint8_t scale = numerics::block_scale_byte(block_amax_bits(v), p.mode);
+  uint32_t packed[4] = {0, 0, 0, 0};
+  if (scale != numerics::kScaleNaN) {
+    const float inverse = numerics::inverse_scale(scale);
 #pragma unroll
-  for (int u = 0; u < kPiecesPerThread; ++u) {
-    const int64_t piece = first + u * kThreads;
-    if (piece < total) {
-      load8<T>(p.x.data, (piece / pieces_per_row) * p.x.stride + (piece % pieces_per_row) * 8,
-               vector_ok, v[u]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[u][i] = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const float x = v.value(i);
+      const uint32_t code = magnitude_code<sizeof(T) == 4>(fabsf(x) * inverse) |
+                            ((__float_as_uint(x) >> 28) & 0x8u);
+      packed[i / 8] |= code << (4 * (i % 8));
     }
   }
+  uint8_t* q = p.q + row * p.q_stride_bytes + col / 2;
+  if (vector_ok) {
+    *reinterpret_cast<uint4*>(q) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  } else {
 #pragma unroll
-  for (int u = 0; u < kPiecesPerThread; ++u) {
-    // total is a multiple of 4, so the four threads of a block are in or out together; all
-    // lanes take part in the shuffles.
-    const int64_t piece = first + u * kThreads;
-    uint32_t amax_bits = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax_bits = max(amax_bits, __float_as_uint(v[u][i]) & 0x7FFFFFFFu);
-    amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, 1));
-    amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, 2));
-    if (piece >= total) continue;
-    const int64_t row = piece / pieces_per_row, col = (piece % pieces_per_row) * kValuesPerThread;
-    const uint8_t scale = numerics::block_scale_byte(amax_bits, p.mode);
-    uint32_t packed = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      packed |= static_cast<uint32_t>(numerics::encode_element(v[u][i], scale)) << (4 * i);
-    uint8_t* q = p.q + row * p.q_stride_bytes + col / 2;
-    if (vector_ok) {
-      *reinterpret_cast<uint32_t*>(q) = packed;
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) q[i] = static_cast<uint8_t>(packed >> (8 * i));
-    }
-    if (lane_in_block == 0) p.scale[row * p.scale_stride + col / 32] = scale;
+    for (int i = 0; i < 16; ++i) q[i] = static_cast<uint8_t>(packed[i / 4] >> (8 * (i % 4)));
   }
+  p.scale[row * p.scale_stride + col / 32] = scale;
 }
 
 __global__ void __launch_bounds__(kThreads) dequantize_kernel(DequantizeProblem p) {
@@ -146,12 +175,12 @@ bool aligned(const void* p, int64_t stride_bytes, int alignment) {
 void quantize(const QuantizeProblem& p) {
   DeviceGuard guard(p.device.ordinal);
   const int elem = p.x.dtype == A4W4_DTYPE_F32 ? 4 : 2;
-  const bool vector_ok = aligned(p.x.data, p.x.stride * elem, 16) && aligned(p.q, p.q_stride_bytes, 4);
-  const int64_t pieces = p.rows * (p.cols / kValuesPerThread);
-  const int64_t per_block = int64_t{kThreads} * kPiecesPerThread;
-  if ((pieces + per_block - 1) / per_block > 0x7FFFFFFF)
+  const bool vector_ok =
+      aligned(p.x.data, p.x.stride * elem, 16) && aligned(p.q, p.q_stride_bytes, 16);
+  const int64_t blocks = p.rows * (p.cols / 32);
+  if ((blocks + kThreads - 1) / kThreads > 0x7FFFFFFF)
     fail(A4W4_ERROR_INVALID_ARGUMENT, "x: too many elements for one quantize launch");
-  const int grid = static_cast<int>((pieces + per_block - 1) / per_block);
+  const int grid = static_cast<int>((blocks + kThreads - 1) / kThreads);
   auto stream = static_cast<cudaStream_t>(p.stream);
   switch (p.x.dtype) {
     case A4W4_DTYPE_BF16:
