@@ -18,6 +18,7 @@ ncu --clock-control none --kernel-name "regex:$kernel" --launch-skip 20 --launch
   --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
   --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
   --section InstructionStats \
+  --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
   "$BUILD/a4w4" bench --backend cuda --shapes "$shapes" --no-baselines --no-plain "$@" \
   >"$OUT/profile-$shape.txt" 2>&1
 echo "ncu rc=$? -> $OUT/profile-$shape.txt"

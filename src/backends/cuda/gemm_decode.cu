@@ -4,7 +4,8 @@
 //
 // Roles are swapped relative to D = A.B^T: the weight tile is the MMA's A operand (16 weight rows)
 // and the activations are its B operand (8 rows per MMA, up to 64), so M = 1 wastes no weight
-// bandwidth. Each warp owns 16 weight rows; a CTA has 4 warps (64 rows) and one K partition.
+// bandwidth. Each warp owns one or two groups of 16 weight rows (two for M <= 16: the per-tile
+// overheads and activation reads are shared); a CTA has 4 warps and one K partition.
 //
 // Weights cost about one instruction per element to turn into MMA operands: a byte permute (PRMT)
 // looks four E2M1 codes up at once in a table of doubled magnitudes {0,1,2,3,4,6,8,12}, and its
@@ -44,7 +45,12 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kRowsPerCta = kWarps * 16;
+// Row groups of 16 weight rows per warp: two where the activations are few (the K-tile overheads
+// and the activation reads are shared by both groups), one where registers are needed for them.
+template <int kNTiles>
+constexpr int kGroups = kNTiles <= 2 ? 2 : 1;
+template <int kNTiles>
+constexpr int kRowsPerCta = kWarps * 16 * kGroups<kNTiles>;
 constexpr int kMaxSplits = 8;  // portable cluster size
 
 // Weights stream through a per-warp ring of shared-memory slots filled by cp.async, kStages - 1
@@ -52,7 +58,9 @@ constexpr int kMaxSplits = 8;  // portable cluster size
 // A slot holds one K tile in the prepared layout's order (both layouts are copied into it), with
 // the two 16-byte halves of each lane swapped on odd row groups so the reads are conflict-free.
 constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
-constexpr int kSlotBytes = 1024 + 64;  // weights, then the 16 rows x 4 blocks of scales
+// A slot: each group's 1024 bytes of codes, then each group's 16 rows x 4 blocks of scales.
+template <int kGroupCount>
+constexpr int kSlotBytes = kGroupCount * (1024 + 64);
 
 // Largest per-block shift folded into the int8 operands (see above).
 constexpr uint32_t kMaxShift = 3;
@@ -273,57 +281,84 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
   }
 }
 
-// Offset of lane L's half h (row g + 8h) inside a slot.
-__device__ __forceinline__ int half_offset(int lane, int h) {
-  return lane * 32 + 16 * (h ^ ((lane >> 2) & 1));
+// Offset of lane L's half h (row g + 8h) of row group `group` inside a slot.
+__device__ __forceinline__ int half_offset(int group, int lane, int h) {
+  return group * 1024 + lane * 32 + 16 * (h ^ ((lane >> 2) & 1));
 }
 
-// Where this lane's share of each weight K tile comes from, fixed for the whole partition.
-template <bool kPrepared>
+// Where this lane's share of each weight K tile comes from, fixed for the whole partition. Row
+// group h of the warp is rows row0 + 16h ..; its codes go to slot bytes [1024h, 1024h + 1024), its
+// scales after all groups' codes.
+template <bool kPrepared, int kGroupCount>
 struct WeightSource {
-  const uint8_t* codes[2];  // prepared: the first tile; plain: rows g and g + 8 at the first tile
-  const uint8_t* scales;    // prepared (lanes 0..3): the first tile; plain (lanes 0..15): row lane
-  bool present[3] = {true, true, true};  // plain: rows g, g + 8 and row `lane` exist
+  const uint8_t* codes[kGroupCount][2];  // prepared: group tile halves; plain: rows g, g + 8
+  const uint8_t* scales = nullptr;       // the scale bytes this lane copies (if any)
+  bool present[kGroupCount][2];          // plain: rows g and g + 8 of each group exist
+  bool scale_present = true;
+  int scale_offset = -1;                 // where in the slot this lane's scale copy goes
 
   __device__ WeightSource(const GemmProblem& p, int64_t row0, int64_t tile_begin, int lane) {
     const int g = lane / 4, t = lane % 4;
-    if constexpr (kPrepared) {
-      const int64_t first = (row0 / 16) * layout::k_tiles(p.k) + tile_begin;
-      codes[0] = p.b.data + first * 1024 + lane * 32;
-      codes[1] = codes[0] + 16;
-      scales = p.b.scale + first * 64 + 16 * (lane % 4);
-    } else {
-      // Lane (g, t) copies block t of rows g and g + 8 (K % 128 == 0: every block exists).
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + g + 8 * h;
-        present[h] = row < p.n;
-        codes[h] = p.b.data + (present[h] ? row : 0) * p.b.stride_bytes + (tile_begin * 4 + t) * 16;
+#pragma unroll
+    for (int group = 0; group < kGroupCount; ++group) {
+      const int64_t group_row0 = row0 + 16 * group;
+      if constexpr (kPrepared) {
+        const int64_t first = (group_row0 / 16) * layout::k_tiles(p.k) + tile_begin;
+        codes[group][0] = p.b.data + first * 1024 + lane * 32;
+        codes[group][1] = codes[group][0] + 16;
+        present[group][0] = present[group][1] = true;
+      } else {
+        // Lane (g, t) copies block t of rows g and g + 8 (K % 128 == 0: every block exists).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = group_row0 + g + 8 * h;
+          present[group][h] = row < p.n;
+          codes[group][h] =
+              p.b.data + (present[group][h] ? row : 0) * p.b.stride_bytes + (tile_begin * 4 + t) * 16;
+        }
       }
-      present[2] = row0 + lane % 16 < p.n;
-      scales = p.b.scale + (present[2] ? row0 + lane % 16 : 0) * p.b.scale_stride + tile_begin * 4;
+    }
+    if constexpr (kPrepared) {
+      if (lane < 4 * kGroupCount) {  // 16 bytes of group lane / 4's 64 scale bytes
+        const int group = lane / 4;
+        const int64_t first = (row0 / 16 + group) * layout::k_tiles(p.k) + tile_begin;
+        scales = p.b.scale + first * 64 + 16 * (lane % 4);
+        scale_offset = kGroupCount * 1024 + 64 * group + 16 * (lane % 4);
+      }
+    } else if (lane < 16 * kGroupCount) {  // the four block scales of row row0 + lane
+      const int group = lane / 16, r = lane % 16;
+      scale_present = row0 + lane < p.n;
+      scales = p.b.scale + (scale_present ? row0 + lane : 0) * p.b.scale_stride + tile_begin * 4;
+      scale_offset = kGroupCount * 1024 + 64 * group + (r % 8) * 8 + (r / 8) * 4;
     }
   }
 
   // Issues the copies of the partition's K tile `tile` into `slot`.
   __device__ __forceinline__ void copy(int tile, int lane, uint8_t* slot) const {
-    if constexpr (kPrepared) {
-      const size_t offset = size_t(tile) * 1024;
-      copy_async<16>(slot + half_offset(lane, 0), codes[0] + offset, true);
-      copy_async<16>(slot + half_offset(lane, 1), codes[1] + offset, true);
-      if (lane < 4) copy_async<16>(slot + 1024 + 16 * lane, scales + size_t(tile) * 64, true);
-    } else {
-      // Piece q of block t belongs to lane (g, q).
-      const int g = lane / 4, t = lane % 4;
-      const size_t offset = size_t(tile) * 64;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+    for (int group = 0; group < kGroupCount; ++group) {
+      if constexpr (kPrepared) {
+        const size_t offset = size_t(tile) * 1024;
+        copy_async<16>(slot + half_offset(group, lane, 0), codes[group][0] + offset, true);
+        copy_async<16>(slot + half_offset(group, lane, 1), codes[group][1] + offset, true);
+      } else {
+        // Piece q of block t belongs to lane (g, q).
+        const int g = lane / 4, t = lane % 4;
+        const size_t offset = size_t(tile) * 64;
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          copy_async<4>(slot + half_offset(g * 4 + q, h) + 4 * t, codes[h] + offset + 4 * q,
-                        present[h]);
-      if (lane < 16)  // row lane's four block scales
-        copy_async<4>(slot + 1024 + (lane % 8) * 8 + (lane / 8) * 4, scales + size_t(tile) * 4,
-                      present[2]);
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            copy_async<4>(slot + half_offset(group, g * 4 + q, h) + 4 * t,
+                          codes[group][h] + offset + 4 * q, present[group][h]);
+      }
+    }
+    if (scale_offset >= 0) {
+      if constexpr (kPrepared) {
+        copy_async<16>(slot + scale_offset, scales + size_t(tile) * 64, true);
+      } else {
+        copy_async<4>(slot + scale_offset, scales + size_t(tile) * 4, scale_present);
+      }
     }
   }
 };
@@ -449,6 +484,7 @@ __device__ __forceinline__ void multiply_tile(const Stage<kNTiles>& act, int til
   }
 }
 
+// (Forcing five CTAs per SM for M <= 8 through __launch_bounds__ spills and measured slower.)
 template <int kNTiles, bool kPrepared>
 __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, int splits) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -462,12 +498,21 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   auto stage = [&](int chunk) {
     return Stage<kNTiles>(smem + (chunk & 1) * Stage<kNTiles>::kBytes);
   };
+  constexpr int kGroupCount = kGroups<kNTiles>;
+  constexpr int kSlot = kSlotBytes<kGroupCount>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  uint8_t* ring = smem + 2 * Stage<kNTiles>::kBytes + warp * kStages * kSlotBytes;
+  uint8_t* ring = smem + 2 * Stage<kNTiles>::kBytes + warp * kStages * kSlot;
 
-  const int64_t row0 = int64_t{blockIdx.x} * kRowsPerCta + warp * 16;  // this warp's weight rows
+  // This warp's weight rows: kGroupCount groups of 16 from row0.
+  const int64_t row0 = int64_t{blockIdx.x} * kRowsPerCta<kNTiles> + warp * 16 * kGroupCount;
   const bool warp_has_rows = row0 < p.n;
-  const bool row_exists[2] = {row0 + g < p.n, row0 + g + 8 < p.n};
+  bool row_exists[kGroupCount][2];
+#pragma unroll
+  for (int group = 0; group < kGroupCount; ++group)
+    row_exists[group][0] = row0 + 16 * group + g < p.n,
+    row_exists[group][1] = row0 + 16 * group + g + 8 < p.n;
+  const int64_t rows_here = (p.n - row0 + 15) / 16;  // groups with rows (uniform)
+  const int groups_here = rows_here < kGroupCount ? static_cast<int>(rows_here) : kGroupCount;
   const int64_t blocks = p.k / 32;
   const int split = blockIdx.y;
   const int64_t block_begin = split * blocks / splits, block_end = (split + 1) * blocks / splits;
@@ -480,13 +525,13 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   const int begin = static_cast<int>(block_begin - tile_begin * 4);
   const int end = static_cast<int>(block_end - tile_begin * 4);
   const int n_tiles_used = static_cast<int>((p.m + 7) / 8);  // activation tiles with rows
-  const WeightSource<kPrepared> source(p, row0, tile_begin, lane);
+  const WeightSource<kPrepared, kGroupCount> source(p, row0, tile_begin, lane);
 
   // Prologue: the first kStages - 1 weight tiles in flight, the first activation chunk staged
   // and the second one loading.
   auto issue = [&](int tile) {
     if (warp_has_rows && tile < tiles)
-      source.copy(tile, lane, ring + (tile & (kStages - 1)) * kSlotBytes);
+      source.copy(tile, lane, ring + (tile & (kStages - 1)) * kSlot);
     commit_copies();  // an empty group past the end keeps the group count uniform
   };
 #pragma unroll
@@ -501,10 +546,10 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
 
   // Tile sums go to fp32 accumulators where the scales allow it, else block partials go to
   // doubles (rare: kept in local memory, out of the fast path's way).
-  float fast[kNTiles][4] = {};
-  double exact[kNTiles * 4];
+  float fast[kGroupCount][kNTiles][4] = {};
+  double exact[kGroupCount * kNTiles * 4];
 #pragma unroll
-  for (int i = 0; i < kNTiles * 4; ++i) exact[i] = 0.0;
+  for (int i = 0; i < kGroupCount * kNTiles * 4; ++i) exact[i] = 0.0;
 
 #pragma unroll 1
   for (int tile = 0; tile < tiles; ++tile) {
@@ -524,30 +569,49 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
     __syncwarp();
 
     const Stage<kNTiles> act = stage(chunk);
-    const uint8_t* slot = ring + (tile & (kStages - 1)) * kSlotBytes;
-    const uint4 w0 = *reinterpret_cast<const uint4*>(slot + half_offset(lane, 0));
-    const uint4 w1 = *reinterpret_cast<const uint4*>(slot + half_offset(lane, 1));
-    const uint2 scales = *reinterpret_cast<const uint2*>(slot + 1024 + g * 8);
+    const uint8_t* slot = ring + (tile & (kStages - 1)) * kSlot;
+    uint4 w0[kGroupCount], w1[kGroupCount];
+    uint2 scales[kGroupCount];
+#pragma unroll
+    for (int group = 0; group < kGroupCount; ++group) {
+      w0[group] = *reinterpret_cast<const uint4*>(slot + half_offset(group, lane, 0));
+      w1[group] = *reinterpret_cast<const uint4*>(slot + half_offset(group, lane, 1));
+      scales[group] =
+          *reinterpret_cast<const uint2*>(slot + kGroupCount * 1024 + 64 * group + g * 8);
+    }
     __syncwarp();  // every lane has its words: the slot may be refilled
 
     // The blocks of this tile inside the partition: all four except at its ends.
     const int first_j = tile == 0 ? begin : 0;
     const int last_j = min(end - 4 * tile, 4);
-    if (first_j == 0 && last_j == 4) {
-      multiply_tile<kNTiles, true>(act, tile_in_chunk, w0, w1, scales, 0, 4, row_exists,
-                                   n_tiles_used, fast, exact);
-    } else {
-      multiply_tile<kNTiles, false>(act, tile_in_chunk, w0, w1, scales, first_j, last_j,
-                                    row_exists, n_tiles_used, fast, exact);
+#pragma unroll
+    for (int group = 0; group < kGroupCount; ++group) {
+      if (group >= groups_here) break;  // uniform
+      double* group_exact = exact + group * kNTiles * 4;
+      if (first_j == 0 && last_j == 4) {
+        multiply_tile<kNTiles, true>(act, tile_in_chunk, w0[group], w1[group], scales[group], 0,
+                                     4, row_exists[group], n_tiles_used, fast[group],
+                                     group_exact);
+      } else {
+        multiply_tile<kNTiles, false>(act, tile_in_chunk, w0[group], w1[group], scales[group],
+                                      first_j, last_j, row_exists[group], n_tiles_used,
+                                      fast[group], group_exact);
+      }
     }
   }
   wait_copies<0>();
 
-  double acc[kNTiles][4];
+  constexpr int kSums = kGroupCount * kNTiles * 4;  // per thread
+  double acc[kSums];
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt)
+  for (int group = 0; group < kGroupCount; ++group)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nt][i] = exact[nt * 4 + i] + static_cast<double>(fast[nt][i]);
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int index = (group * kNTiles + nt) * 4 + i;
+        acc[index] = exact[index] + static_cast<double>(fast[group][nt][i]);
+      }
 
   if (splits > 1) {
     // Partitions 1.. leave their sums in their own shared memory; rank 0 adds them in order.
@@ -556,18 +620,14 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
     double* sums = reinterpret_cast<double*>(smem);
     if (split != 0) {
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sums[(nt * 4 + i) * kThreads + threadIdx.x] = acc[nt][i];
+      for (int i = 0; i < kSums; ++i) sums[i * kThreads + threadIdx.x] = acc[i];
     }
     cluster.sync();
     if (split == 0) {
       for (int r = 1; r < splits; ++r) {
         const double* remote = cluster.map_shared_rank(sums, r);
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[nt][i] += remote[(nt * 4 + i) * kThreads + threadIdx.x];
+        for (int i = 0; i < kSums; ++i) acc[i] += remote[i * kThreads + threadIdx.x];
       }
     }
     cluster.sync();  // keep every rank's shared memory alive until rank 0 has read it
@@ -575,13 +635,15 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   }
   if (!warp_has_rows) return;
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt)
+  for (int group = 0; group < kGroupCount; ++group)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t n = row0 + g + (i >= 2 ? 8 : 0);
-      const int64_t m = nt * 8 + 2 * t + (i & 1);
-      if (m < p.m && n < p.n) store_output(p, m, n, acc[nt][i]);
-    }
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t n = row0 + 16 * group + g + (i >= 2 ? 8 : 0);
+        const int64_t m = nt * 8 + 2 * t + (i & 1);
+        if (m < p.m && n < p.n) store_output(p, m, n, acc[(group * kNTiles + nt) * 4 + i]);
+      }
 #else
   (void)p;
   (void)splits;
@@ -592,8 +654,8 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
 template <int kNTiles>
 constexpr size_t shared_bytes() {
   const size_t staging =
-      2 * size_t{Stage<kNTiles>::kBytes} + size_t{kWarps} * kStages * kSlotBytes;
-  const size_t sums = size_t{kNTiles} * 4 * kThreads * sizeof(double);
+      2 * size_t{Stage<kNTiles>::kBytes} + size_t{kWarps} * kStages * kSlotBytes<kGroups<kNTiles>>;
+  const size_t sums = size_t{kGroups<kNTiles>} * kNTiles * 4 * kThreads * sizeof(double);
   return staging > sums ? staging : sums;
 }
 
@@ -624,6 +686,10 @@ template <int kNTiles, bool kPrepared>
 int ctas_per_sm() {
   static const int count = [] {
     int blocks = 1;
+    // The opt-in to more than 48 KiB of shared memory first, or the answer is zero.
+    cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(shared_bytes<kNTiles>()));
     const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &blocks, gemm_decode_kernel<kNTiles, kPrepared>, kThreads, shared_bytes<kNTiles>());
     return status == cudaSuccess && blocks > 0 ? blocks : 1;
@@ -650,7 +716,8 @@ void launch_for(const GemmProblem& p, int64_t ctas) {
 }
 
 template <int kNTiles>
-void launch_with(const GemmProblem& p, int64_t ctas) {
+void launch_with(const GemmProblem& p) {
+  const int64_t ctas = (p.n + kRowsPerCta<kNTiles> - 1) / kRowsPerCta<kNTiles>;
   if (p.b.layout == A4W4_LAYOUT_PLAIN) return launch_for<kNTiles, false>(p, ctas);
   launch_for<kNTiles, true>(p, ctas);
 }
@@ -684,11 +751,10 @@ std::string gemm_decode_why_not(const GemmProblem& p) {
 
 void gemm_decode(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
-  const int64_t ctas = (p.n + kRowsPerCta - 1) / kRowsPerCta;
-  if (p.m <= 8) return launch_with<1>(p, ctas);
-  if (p.m <= 16) return launch_with<2>(p, ctas);
-  if (p.m <= 32) return launch_with<4>(p, ctas);
-  return launch_with<8>(p, ctas);
+  if (p.m <= 8) return launch_with<1>(p);
+  if (p.m <= 16) return launch_with<2>(p);
+  if (p.m <= 32) return launch_with<4>(p);
+  return launch_with<8>(p);
 }
 
 }  // namespace a4w4::cuda
