@@ -303,10 +303,12 @@ struct WeightSource {
     for (int group = 0; group < kGroupCount; ++group) {
       const int64_t group_row0 = row0 + 16 * group;
       if constexpr (kPrepared) {
-        const int64_t first = (group_row0 / 16) * layout::k_tiles(p.k) + tile_begin;
+        // A group past N reads nothing (its slot is zero-filled from a valid address).
+        const bool exists = group_row0 < p.n;
+        const int64_t first = exists ? (group_row0 / 16) * layout::k_tiles(p.k) + tile_begin : 0;
         codes[group][0] = p.b.data + first * 1024 + lane * 32;
         codes[group][1] = codes[group][0] + 16;
-        present[group][0] = present[group][1] = true;
+        present[group][0] = present[group][1] = exists;
       } else {
         // Lane (g, t) copies block t of rows g and g + 8 (K % 128 == 0: every block exists).
 #pragma unroll
@@ -321,7 +323,9 @@ struct WeightSource {
     if constexpr (kPrepared) {
       if (lane < 4 * kGroupCount) {  // 16 bytes of group lane / 4's 64 scale bytes
         const int group = lane / 4;
-        const int64_t first = (row0 / 16 + group) * layout::k_tiles(p.k) + tile_begin;
+        scale_present = row0 + 16 * group < p.n;
+        const int64_t first =
+            scale_present ? (row0 / 16 + group) * layout::k_tiles(p.k) + tile_begin : 0;
         scales = p.b.scale + first * 64 + 16 * (lane % 4);
         scale_offset = kGroupCount * 1024 + 64 * group + 16 * (lane % 4);
       }
@@ -338,9 +342,11 @@ struct WeightSource {
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
       if constexpr (kPrepared) {
-        const size_t offset = size_t(tile) * 1024;
-        copy_async<16>(slot + half_offset(group, lane, 0), codes[group][0] + offset, true);
-        copy_async<16>(slot + half_offset(group, lane, 1), codes[group][1] + offset, true);
+        const size_t offset = present[group][0] ? size_t(tile) * 1024 : 0;
+        copy_async<16>(slot + half_offset(group, lane, 0), codes[group][0] + offset,
+                       present[group][0]);
+        copy_async<16>(slot + half_offset(group, lane, 1), codes[group][1] + offset,
+                       present[group][1]);
       } else {
         // Piece q of block t belongs to lane (g, q).
         const int g = lane / 4, t = lane % 4;
@@ -355,9 +361,11 @@ struct WeightSource {
     }
     if (scale_offset >= 0) {
       if constexpr (kPrepared) {
-        copy_async<16>(slot + scale_offset, scales + size_t(tile) * 64, true);
+        copy_async<16>(slot + scale_offset, scales + (scale_present ? size_t(tile) * 64 : 0),
+                       scale_present);
       } else {
-        copy_async<4>(slot + scale_offset, scales + size_t(tile) * 4, scale_present);
+        copy_async<4>(slot + scale_offset, scales + (scale_present ? size_t(tile) * 4 : 0),
+                      scale_present);
       }
     }
   }
