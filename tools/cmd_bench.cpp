@@ -38,21 +38,6 @@ struct BenchSettings {
   std::string out_dtype = "bf16";
 };
 
-// A progress bar on a terminal; one line per step otherwise (logs stay readable).
-void show_progress(size_t done, size_t total, const std::string& label) {
-  const bool tty = isatty(fileno(stderr));
-  if (!tty) {
-    if (done < total) fmt::print(stderr, "[{}/{}] {}\n", done + 1, total, label);
-    return;
-  }
-  constexpr int kWidth = 30;
-  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
-  fmt::print(stderr, "\r[{}{}] {}/{} {:<40}", std::string(filled, '#'),
-             std::string(kWidth - filled, '.'), done, total, label.substr(0, 40));
-  if (done == total) fmt::print(stderr, "\n");
-  std::fflush(stderr);
-}
-
 std::vector<bench::Shape> selected_shapes(const BenchSettings& s) {
   try {
     if (!s.shapes_file.empty()) {

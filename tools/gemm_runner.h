@@ -17,6 +17,8 @@ enum class OutDtype { kF32, kBF16, kF16 };
 
 a4w4_dtype library_dtype(OutDtype dtype);
 const char* out_dtype_name(OutDtype dtype);
+// ||D - ref|| / ||ref|| a correct kernel stays within for D in dtype (one rounding of D).
+double check_tolerance(OutDtype dtype);
 
 struct GemmSettings {
   a4w4_backend backend = A4W4_BACKEND_CPU;
