@@ -21,6 +21,8 @@ struct GpuBenchOptions {
   std::string kernel;         // "" = dispatch
   int split_k = 0;
   std::string out_dtype = "bf16";
+  std::string tuned;               // a tuned configuration to load ("": none, or A4W4_TUNED_CONFIG)
+  bool compare_heuristic = false;  // also time the heuristic's choice (a context without tuning)
 };
 
 struct GpuBenchRow {
@@ -28,7 +30,9 @@ struct GpuBenchRow {
   double a4w4_us = 0, a4w4_plain_us = 0, cublas_bf16_us = 0, cublaslt_fp8_us = 0;
   double bytes = 0, flops = 0;
   double floor_us = 0;  // max(bytes / 4.8 TB/s, flops / 1979 TFLOP/s): shared/docs/targets.md
-  std::string kernel;   // what dispatch ran (or the one asked for)
+  std::string kernel;   // what ran: "name[/split] (explicit|tuned|heuristic)"
+  std::string heuristic_kernel;  // with compare_heuristic: the heuristic's choice and its time
+  double heuristic_us = 0;
   std::string notes;    // baselines that could not run
 };
 
