@@ -120,8 +120,8 @@ std::string chosen_kernel(a4w4_context ctx, const Fp4Set& o, const Shape& s, a4w
   const a4w4_tensor as = a4w4_tensor_2d(o.as->ptr, A4W4_DTYPE_E8M0, s.m, s.k / 32, s.k / 32, gpu);
   a4w4_tensor b = a4w4_tensor_2d(prepared ? o.pb->ptr : o.b->ptr, A4W4_DTYPE_E2M1, s.n, s.k,
                                  prepared ? 0 : s.k, gpu);
-  a4w4_tensor bs = a4w4_tensor_2d(prepared ? o.pbs->ptr : o.bs->ptr, A4W4_DTYPE_E8M0, s.n,
-                                  s.k / 32, prepared ? 0 : s.k / 32, gpu);
+  a4w4_tensor bs = a4w4_tensor_2d(prepared ? o.pbs->ptr : o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32,
+                                  prepared ? 0 : s.k / 32, gpu);
   if (prepared) b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V1;
   const a4w4_tensor d = a4w4_tensor_2d(o.d->ptr, dtype, s.m, s.n, s.n, gpu);
   a4w4_gemm_choice choice{};
@@ -191,7 +191,8 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
     const a4w4_tensor d = a4w4_tensor_2d(o.d->ptr, dtype, s.m, s.n, s.n, gpu);
     a4w4_check(a4w4_gemm(ctx, &a, &as, &b, &bs, nullptr, nullptr, &d, &gemm, st), "a4w4_gemm");
   };
-  if (kernel_used != nullptr) *kernel_used = chosen_kernel(ctx, operands[0], s, gpu, dtype, prepared, gemm);
+  if (kernel_used != nullptr)
+    *kernel_used = chosen_kernel(ctx, operands[0], s, gpu, dtype, prepared, gemm);
   return time_calls(enqueue, stream, options);
 }
 
@@ -420,9 +421,12 @@ std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDev
                        100.0 * gbps / facts.copy_gbps, r.floor_us, opt(r.cublas_bf16_us),
                        opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us), ratio(r.cublaslt_fp8_us));
   }
-  if (std::any_of(rows.begin(), rows.end(), [](const GpuBenchRow& r) { return r.heuristic_us > 0; })) {
-    out += "\n| M×N×K | label | kernel (prepared B) | µs | heuristic's kernel | µs | heuristic / chosen |\n"
-           "|---|---|---|---|---|---|---|\n";
+  if (std::any_of(rows.begin(), rows.end(),
+                  [](const GpuBenchRow& r) { return r.heuristic_us > 0; })) {
+    out +=
+        "\n| M×N×K | label | kernel (prepared B) | µs | heuristic's kernel | µs | heuristic / "
+        "chosen |\n"
+        "|---|---|---|---|---|---|---|\n";
     for (const GpuBenchRow& r : rows)
       out += fmt::format("| {}×{}×{} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} |\n", r.shape.m,
                          r.shape.n, r.shape.k, r.shape.label, r.kernel, r.a4w4_us,

@@ -131,21 +131,21 @@ std::string table_error(const std::string& text) {
 }
 
 TEST(TunedTable, MalformedFilesFailWithTheConfigCode) {
-  EXPECT_EQ(table_error(kHeader + "cpu,8,1,64,256,cpu.reference,0,1\n")
-                .rfind("t.csv:2: 8 fields", 0),
-            0u);
+  EXPECT_EQ(
+      table_error(kHeader + "cpu,8,1,64,256,cpu.reference,0,1\n").rfind("t.csv:2: 8 fields", 0),
+      0u);
 }
 
 TEST(TunedTable, StaleForeignAndDuplicateEntries) {
   const TunedTable table(kHeader +
-                             "cpu,8,4,64,256,cpu.no_such_kernel,0,1,1\n"      // 2: unknown
-                             "Test GPU,132,4,64,256,cpu.reference,0,1,1\n"    // 3: wrong backend
-                             "cpu,8,8,64,256,cpu.gemv_avx512vnni,0,1,1\n"     // 4: M above 4
-                             "cpu,16,4,64,256,cpu.no_such_kernel,0,1,1\n"     // 5: foreign
-                             "Other GPU,132,4,64,256,cuda.decode,0,1,1\n"     // 6: foreign
-                             "cpu,8,16,64,256,cpu.reference,2,9,1\n"          // 7
-                             "cpu,8,16,64,256,cpu.gemm_scalar,0,5,1\n"        // 8: faster dup
-                             "cpu,8,16,64,256,cpu.gemm_avx2,0,7,1\n",         // 9: slower dup
+                             "cpu,8,4,64,256,cpu.no_such_kernel,0,1,1\n"    // 2: unknown
+                             "Test GPU,132,4,64,256,cpu.reference,0,1,1\n"  // 3: wrong backend
+                             "cpu,8,8,64,256,cpu.gemv_avx512vnni,0,1,1\n"   // 4: M above 4
+                             "cpu,16,4,64,256,cpu.no_such_kernel,0,1,1\n"   // 5: foreign
+                             "Other GPU,132,4,64,256,cuda.decode,0,1,1\n"   // 6: foreign
+                             "cpu,8,16,64,256,cpu.reference,2,9,1\n"        // 7
+                             "cpu,8,16,64,256,cpu.gemm_scalar,0,5,1\n"      // 8: faster dup
+                             "cpu,8,16,64,256,cpu.gemm_avx2,0,7,1\n",       // 9: slower dup
                          "t.csv", kDevices);
   EXPECT_EQ(table.entry_count(), 4);
   EXPECT_EQ(table.foreign_count(), 2);
@@ -261,8 +261,7 @@ TEST(Chooser, TunedEntriesAndExplicitOptions) {
 TEST(Chooser, AnEntryThatDoesNotApplyIsWarnedOnceAndTheHeuristicServes) {
   if (!a4w4::cpu::isa_supported(a4w4::cpu::Isa::kAvx512Vnni))
     GTEST_SKIP() << "needs a CPU where cpu.gemv_avx512vnni exists";
-  const TunedTable table(kHeader + "cpu,8,4,64,256,cpu.gemv_avx512vnni,0,1,1\n", "t.csv",
-                         kDevices);
+  const TunedTable table(kHeader + "cpu,8,4,64,256,cpu.gemv_avx512vnni,0,1,1\n", "t.csv", kDevices);
   EXPECT_TRUE(table.warnings().empty());
   GemmProblem prepared = problem(4, 64, 256);
   prepared.b.layout = A4W4_LAYOUT_PREPARED_V1;  // the GEMV path takes plain B only
@@ -280,7 +279,9 @@ TEST(Chooser, AnEntryThatDoesNotApplyIsWarnedOnceAndTheHeuristicServes) {
 
 // ---- The heuristic on synthetic kernels -------------------------------------------------------
 
-std::string applies(const GemmProblem&) { return {}; }
+std::string applies(const GemmProblem&) {
+  return {};
+}
 void no_run(const GemmProblem&, const a4w4::ExecConfig&) {}
 
 // A decode-like, a wgmma-like and a generic family, as metadata only.

@@ -212,9 +212,9 @@ TEST_F(Tuning, SplitKHasOneMeaningAcrossKernels) {
 }
 
 TEST_F(Tuning, LoadLookupAndClear) {
-  const std::string path = file("t.csv", "# test\n" + header_ +
-                                             cpu_key() + ",8,40,320,cpu.reference,3,1,1\n" +
-                                             "cpu,99999,6,40,320,cpu.gemm_scalar,0,1,1\n");
+  const std::string path =
+      file("t.csv", "# test\n" + header_ + cpu_key() + ",8,40,320,cpu.reference,3,1,1\n" +
+                        "cpu,99999,6,40,320,cpu.gemm_scalar,0,1,1\n");
   ASSERT_EQ(a4w4_context_load_tuned(ctx_, path.c_str()), A4W4_SUCCESS);
   int entries = -1, count = -1;
   ASSERT_EQ(a4w4_context_tuned_count(ctx_, &entries, &count), A4W4_SUCCESS);
@@ -311,9 +311,12 @@ TEST_F(Tuning, DeviceTuningKeys) {
   ASSERT_EQ(a4w4_device_tuning_key(a4w4_cpu(), tiny, sizeof tiny, &sm), A4W4_SUCCESS);
   EXPECT_STREQ(tiny, "c");
   const a4w4_status cuda = a4w4_device_tuning_key(a4w4_cuda(0), name, sizeof name, &sm);
-  if (!a4w4_backend_compiled(A4W4_BACKEND_CUDA)) EXPECT_EQ(cuda, A4W4_ERROR_BACKEND_NOT_COMPILED);
-  else if (!a4w4_backend_available(A4W4_BACKEND_CUDA)) EXPECT_EQ(cuda, A4W4_ERROR_NO_DEVICE);
-  else EXPECT_EQ(cuda, A4W4_SUCCESS);
+  if (!a4w4_backend_compiled(A4W4_BACKEND_CUDA))
+    EXPECT_EQ(cuda, A4W4_ERROR_BACKEND_NOT_COMPILED);
+  else if (!a4w4_backend_available(A4W4_BACKEND_CUDA))
+    EXPECT_EQ(cuda, A4W4_ERROR_NO_DEVICE);
+  else
+    EXPECT_EQ(cuda, A4W4_SUCCESS);
   EXPECT_EQ(a4w4_device_tuning_key(a4w4_cpu(), nullptr, 4, &sm), A4W4_ERROR_INVALID_ARGUMENT);
 }
 
@@ -363,14 +366,14 @@ TEST_F(Tuning, CppWrapper) {
   EXPECT_TRUE(ctx.tuned_warnings().empty());
   const std::vector<a4w4::KernelProperties> kernels = a4w4::kernels();
   EXPECT_EQ(static_cast<int>(kernels.size()), a4w4_kernel_count());
-  const a4w4_gemm_choice c = ctx.choose(a_.values.desc(), a_.scales.desc(), b_.values.desc(),
-                                        b_.scales.desc(), d_.desc());
+  const a4w4_gemm_choice c =
+      ctx.choose(a_.values.desc(), a_.scales.desc(), b_.values.desc(), b_.scales.desc(), d_.desc());
   EXPECT_EQ(c.source, A4W4_CHOICE_HEURISTIC);
   a4w4::GemmOptions options;
   options.kernel = "cpu.gemv_avx512vnni";
-  const a4w4::Status why = ctx.try_applicable("cpu.gemv_avx512vnni", a_.values.desc(),
-                                              a_.scales.desc(), b_.values.desc(),
-                                              b_.scales.desc(), d_.desc());
+  const a4w4::Status why =
+      ctx.try_applicable("cpu.gemv_avx512vnni", a_.values.desc(), a_.scales.desc(),
+                         b_.values.desc(), b_.scales.desc(), d_.desc());
   EXPECT_EQ(why.code(), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
   EXPECT_TRUE(ctx.try_applicable("cpu.reference", a_.values.desc(), a_.scales.desc(),
                                  b_.values.desc(), b_.scales.desc(), d_.desc())

@@ -51,8 +51,8 @@ std::string chosen(const Context& context, const a4w4_tensor* operands[5],
                    const a4w4_gemm_options& options) {
   a4w4_gemm_choice choice{};
   choice.struct_size = sizeof choice;
-  check(a4w4_gemm_choose(context.get(), operands[0], operands[1], operands[2], operands[3],
-                         nullptr, nullptr, operands[4], &options, &choice),
+  check(a4w4_gemm_choose(context.get(), operands[0], operands[1], operands[2], operands[3], nullptr,
+                         nullptr, operands[4], &options, &choice),
         "a4w4_gemm_choose");
   const char* source = choice.source == A4W4_CHOICE_TUNED      ? "tuned"
                        : choice.source == A4W4_CHOICE_EXPLICIT ? "explicit"
@@ -71,9 +71,10 @@ void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shap
   plain.set_num_threads(s.threads);
   plain.clear_tuned();
   std::mt19937_64 rng(1);
-  fmt::print("| M×N×K | label | kernel | a4w4 cpu µs | TFLOP/s | GB/s |{}\n|---|---|---|---|---|---|{}\n",
-             s.compare_heuristic ? " heuristic's kernel | µs | heuristic / chosen |" : "",
-             s.compare_heuristic ? "---|---|---|" : "");
+  fmt::print(
+      "| M×N×K | label | kernel | a4w4 cpu µs | TFLOP/s | GB/s |{}\n|---|---|---|---|---|---|{}\n",
+      s.compare_heuristic ? " heuristic's kernel | µs | heuristic / chosen |" : "",
+      s.compare_heuristic ? "---|---|---|" : "");
   for (size_t i = 0; i < shapes.size(); ++i) {
     const bench::Shape& shape = shapes[i];
     show_progress(i, shapes.size(), fmt::format("{}x{}x{}", shape.m, shape.n, shape.k));
@@ -121,10 +122,11 @@ void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shap
     std::string comparison;
     if (s.compare_heuristic) {
       const std::string heuristic = chosen(plain, operands, options);
-      const bool same = heuristic.substr(0, heuristic.find(' ')) == kernel.substr(0, kernel.find(' '));
+      const bool same =
+          heuristic.substr(0, heuristic.find(' ')) == kernel.substr(0, kernel.find(' '));
       const double heuristic_us = same ? median : median_us(plain);
-      comparison = fmt::format(" {} | {:.1f} | {:.3f} |", heuristic, heuristic_us,
-                               heuristic_us / median);
+      comparison =
+          fmt::format(" {} | {:.1f} | {:.3f} |", heuristic, heuristic_us, heuristic_us / median);
     }
     fmt::print("| {}×{}×{} | {} | {} | {:.1f} | {:.3f} | {:.1f} |{}\n", shape.m, shape.n, shape.k,
                shape.label, kernel, median, 2.0 * shape.m * shape.n * shape.k / median / 1e6,

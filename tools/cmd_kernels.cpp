@@ -42,13 +42,13 @@ std::string m_range(const a4w4_kernel_properties& p) {
 }
 
 void print_registry(const std::vector<KernelInfo>& kernels) {
-  fmt::print("{:<22} {:<7} {:<8} {:<11} {:<17} {:<8} {}\n", "name", "backend", "path",
-             "tile MxNxK", "split-k", "M", "constraints");
+  fmt::print("{:<22} {:<7} {:<8} {:<11} {:<17} {:<8} {}\n", "name", "backend", "path", "tile MxNxK",
+             "split-k", "M", "constraints");
   for (const KernelInfo& kernel : kernels) {
     const a4w4_kernel_properties& p = kernel.properties;
     fmt::print("{:<22} {:<7} {:<8} {:<11} {:<17} {:<8} {}\n", kernel.name,
-               a4w4_backend_name(kernel.backend), a4w4_kernel_path_name(p.path), tile(p),
-               split(p), m_range(p), p.constraints);
+               a4w4_backend_name(kernel.backend), a4w4_kernel_path_name(p.path), tile(p), split(p),
+               m_range(p), p.constraints);
   }
 }
 
@@ -102,7 +102,8 @@ void print_problem(const KernelsSettings& s, const std::vector<KernelInfo>& kern
   options.split_k = s.split_k;
 
   fmt::print("\nM={} N={} K={} on {} ({} B, split_k {}):\n", s.m, s.n, s.k,
-             a4w4_backend_name(s.backend), s.weights, s.split_k == 0 ? "auto" : std::to_string(s.split_k));
+             a4w4_backend_name(s.backend), s.weights,
+             s.split_k == 0 ? "auto" : std::to_string(s.split_k));
   for (const KernelInfo& kernel : kernels) {
     if (kernel.backend != s.backend) continue;
     const a4w4_status status = a4w4_kernel_applicable(context.get(), kernel.name, &ta, &tas, &tb,
@@ -138,8 +139,8 @@ void add_kernels_command(CLI::App& app) {
       "one the chooser picks");
   auto* m = command->add_option("-m", s->m, "Problem: M")->check(CLI::PositiveNumber);
   auto* n = command->add_option("-n", s->n, "Problem: N")->check(CLI::PositiveNumber);
-  auto* k = command->add_option("-k", s->k, "Problem: K, a multiple of 32")
-                ->check(CLI::PositiveNumber);
+  auto* k =
+      command->add_option("-k", s->k, "Problem: K, a multiple of 32")->check(CLI::PositiveNumber);
   m->needs(n, k);
   n->needs(m, k);
   k->needs(m, n);

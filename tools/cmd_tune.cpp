@@ -38,8 +38,8 @@ struct TuneSettings {
   std::vector<int> splits = {2, 4, 8, 16};
   std::string weights;  // "plain" or "prepared"; default: prepared on CUDA, plain on the CPU
   OutDtype out_dtype = OutDtype::kBF16;
-  double batch_ms = 2.0;    // each timing sample runs calls for at least this long
-  double rotate_mib = -1;   // operand sets cycled through; -1: 0 on the CPU, 256 on CUDA (> L2)
+  double batch_ms = 2.0;   // each timing sample runs calls for at least this long
+  double rotate_mib = -1;  // operand sets cycled through; -1: 0 on the CPU, 256 on CUDA (> L2)
   int threads = 0;
   uint64_t seed = 1;
 };
@@ -90,9 +90,9 @@ class ShapeRun {
     b_ = random_mx(rng, shape.n, shape.k);
     const a4w4_dtype d_dtype = library_dtype(settings.out_dtype);
     const double d_bytes = static_cast<double>(shape.m * shape.n * (a4w4_dtype_bits(d_dtype) / 8));
-    const double set_bytes =
-        static_cast<double>(a_.values.size() + a_.scales.size() + b_.values.size() +
-                            b_.scales.size()) + d_bytes;
+    const double set_bytes = static_cast<double>(a_.values.size() + a_.scales.size() +
+                                                 b_.values.size() + b_.scales.size()) +
+                             d_bytes;
     const double rotate = settings.rotate_mib * 1024 * 1024;
     const int sets = std::clamp(static_cast<int>(std::ceil(rotate / set_bytes)), 1, 16);
     sets_.resize(static_cast<size_t>(sets));
@@ -109,9 +109,9 @@ class ShapeRun {
   std::string why_not(const std::string& kernel, int split) {
     const a4w4_gemm_options options = options_for(kernel, split);
     const OperandSet& s = sets_[0];
-    const a4w4_status status = a4w4_kernel_applicable(context_.get(), kernel.c_str(), &s.a, &s.as,
-                                                      &s.b, &s.bs, nullptr, nullptr, &s.d_tensor,
-                                                      &options);
+    const a4w4_status status =
+        a4w4_kernel_applicable(context_.get(), kernel.c_str(), &s.a, &s.as, &s.b, &s.bs, nullptr,
+                               nullptr, &s.d_tensor, &options);
     if (status == A4W4_SUCCESS) return {};
     if (status == A4W4_ERROR_KERNEL_NOT_APPLICABLE || status == A4W4_ERROR_KERNEL_NOT_FOUND)
       return a4w4_last_error_message();
@@ -177,8 +177,8 @@ class ShapeRun {
     const OperandSet& s = sets_[set_index];
     check(a4w4_gemm(context_.get(), &s.a, &s.as, &s.b, &s.bs, nullptr, nullptr, &s.d_tensor,
                     &options, memory_.stream()),
-          fmt::format("{} on {}x{}x{}", kernel_and_split(kernel.c_str(), split), shape_.m,
-                      shape_.n, shape_.k));
+          fmt::format("{} on {}x{}x{}", kernel_and_split(kernel.c_str(), split), shape_.m, shape_.n,
+                      shape_.k));
   }
 
   void make_set(OperandSet& set, a4w4_dtype d_dtype) {
@@ -194,10 +194,10 @@ class ShapeRun {
             "a4w4_prepared_weight_size");
       set.prepared.resize(weight_bytes);
       set.prepared_scale.resize(scale_bytes);
-      a4w4_tensor pb = a4w4_tensor_2d(memory_.output(set.prepared), A4W4_DTYPE_E2M1, b_.rows,
-                                      b_.k, b_.k, device);
-      a4w4_tensor pbs = a4w4_tensor_2d(memory_.output(set.prepared_scale), A4W4_DTYPE_E8M0,
-                                       b_.rows, b_.k / 32, b_.k / 32, device);
+      a4w4_tensor pb = a4w4_tensor_2d(memory_.output(set.prepared), A4W4_DTYPE_E2M1, b_.rows, b_.k,
+                                      b_.k, device);
+      a4w4_tensor pbs = a4w4_tensor_2d(memory_.output(set.prepared_scale), A4W4_DTYPE_E8M0, b_.rows,
+                                       b_.k / 32, b_.k / 32, device);
       pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V1;
       check(a4w4_prepare_weight(context_.get(), &set.b, &set.bs, &pb, &pbs, memory_.stream()),
             "a4w4_prepare_weight");
@@ -206,8 +206,8 @@ class ShapeRun {
       set.bs = pbs;
     }
     set.d.assign(static_cast<size_t>(shape_.m * shape_.n * (a4w4_dtype_bits(d_dtype) / 8)), 0);
-    set.d_tensor = a4w4_tensor_2d(memory_.output(set.d), d_dtype, shape_.m, shape_.n, shape_.n,
-                                  device);
+    set.d_tensor =
+        a4w4_tensor_2d(memory_.output(set.d), d_dtype, shape_.m, shape_.n, shape_.n, device);
   }
 
   const TuneSettings& settings_;
@@ -259,7 +259,8 @@ void write_file(const std::string& path, const std::string& text) {
 void run_tune(TuneSettings settings) {
   if (settings.weights.empty())
     settings.weights = settings.backend == A4W4_BACKEND_CUDA ? "prepared" : "plain";
-  if (settings.rotate_mib < 0) settings.rotate_mib = settings.backend == A4W4_BACKEND_CUDA ? 256 : 0;
+  if (settings.rotate_mib < 0)
+    settings.rotate_mib = settings.backend == A4W4_BACKEND_CUDA ? 256 : 0;
   const std::vector<bench::Shape> shapes = select_shapes(settings.shapes, settings.ms);
   if (shapes.empty()) fail("--shapes {}: no shapes", settings.shapes);
   std::unique_ptr<DeviceMemory> memory = make_device_memory(settings.backend);
@@ -285,8 +286,8 @@ void run_tune(TuneSettings settings) {
   int wrong = 0, rows = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const bench::Shape& shape = shapes[i];
-    show_progress(i, shapes.size(), fmt::format("{}x{}x{} {}", shape.m, shape.n, shape.k,
-                                                shape.label));
+    show_progress(i, shapes.size(),
+                  fmt::format("{}x{}x{} {}", shape.m, shape.n, shape.k, shape.label));
     ShapeRun run(settings, *memory, context, shape, settings.seed + i);
     std::vector<Candidate> list = candidates(settings, shape.k);
     const Candidate heuristic = run.heuristic(heuristic_context);
@@ -300,10 +301,11 @@ void run_tune(TuneSettings settings) {
       const double error = run.error_of(candidate.kernel, candidate.split_k);
       if (!(error <= tolerance)) {
         ++wrong;
-        fmt::print(stderr, "\na4w4: warning: {} gives a WRONG result on {}x{}x{} (relative error "
-                           "{:.3e} > {:.0e}); never chosen\n",
-                   kernel_and_split(candidate.kernel.c_str(), candidate.split_k), shape.m,
-                   shape.n, shape.k, error, tolerance);
+        fmt::print(stderr,
+                   "\na4w4: warning: {} gives a WRONG result on {}x{}x{} (relative error "
+                   "{:.3e} > {:.0e}); never chosen\n",
+                   kernel_and_split(candidate.kernel.c_str(), candidate.split_k), shape.m, shape.n,
+                   shape.k, error, tolerance);
         continue;
       }
       candidate.us = run.time(candidate.kernel, candidate.split_k);
@@ -317,12 +319,19 @@ void run_tune(TuneSettings settings) {
       continue;
     }
     const auto heuristic_run = std::find_if(list.begin(), list.end(), same);
-    const tuned::Row row{0, device_name, sm_count, shape.m, shape.n, shape.k, best->kernel,
-                         best->split_k, std::round(best->us * 100) / 100,
+    const tuned::Row row{0,
+                         device_name,
+                         sm_count,
+                         shape.m,
+                         shape.n,
+                         shape.k,
+                         best->kernel,
+                         best->split_k,
+                         std::round(best->us * 100) / 100,
                          std::round(2.0 * shape.m * shape.n * shape.k / best->us / 1e2) / 1e4};
     csv += fmt::format("{},{},{},{},{}\n", tuned::format_row(row),
-                       shape.label.empty() ? "-" : shape.label, heuristic.kernel,
-                       heuristic.split_k, std::round(heuristic_run->us * 100) / 100);
+                       shape.label.empty() ? "-" : shape.label, heuristic.kernel, heuristic.split_k,
+                       std::round(heuristic_run->us * 100) / 100);
     ++rows;
   }
   show_progress(shapes.size(), shapes.size(), "done");
@@ -338,8 +347,9 @@ void run_tune(TuneSettings settings) {
 void add_tune_command(CLI::App& app) {
   auto settings = std::make_shared<TuneSettings>();
   CLI::App* command = app.add_subcommand(
-      "tune", "Measure every applicable kernel and split-K per shape; write the winners as a "
-              "tuned configuration (CSV)");
+      "tune",
+      "Measure every applicable kernel and split-K per shape; write the winners as a "
+      "tuned configuration (CSV)");
   command->add_option("--shapes", settings->shapes, "A shape file or a preset name")->required();
   command->add_option("--out", settings->out, "The tuned configuration to write")->required();
   command->add_option("-m", settings->ms, "Replace the M values of the shapes (a list)")
@@ -348,12 +358,14 @@ void add_tune_command(CLI::App& app) {
   add_choice_option<a4w4_backend>(*command, "--backend", settings->backend,
                                   {{"cpu", A4W4_BACKEND_CPU}, {"cuda", A4W4_BACKEND_CUDA}},
                                   "Backend to tune (default cpu)");
-  command->add_option("--splits", settings->splits,
-                      "split_k values tried besides automatic (default 2,4,8,16)")
+  command
+      ->add_option("--splits", settings->splits,
+                   "split_k values tried besides automatic (default 2,4,8,16)")
       ->check(CLI::Range(2, 1 << 20))
       ->delimiter(',');
-  command->add_option("--weights", settings->weights,
-                      "B as given to a4w4_gemm: plain or prepared (default: prepared on cuda)")
+  command
+      ->add_option("--weights", settings->weights,
+                   "B as given to a4w4_gemm: plain or prepared (default: prepared on cuda)")
       ->check(CLI::IsMember({"plain", "prepared"}));
   add_choice_option<OutDtype>(
       *command, "--out-dtype", settings->out_dtype,
@@ -363,8 +375,9 @@ void add_tune_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   command->add_option("--batch-ms", settings->batch_ms, "Minimum length of one sample (2 ms)")
       ->check(CLI::Range(0.0, 10000.0));
-  command->add_option("--rotate-mib", settings->rotate_mib,
-                      "Cycle through operand copies this large, to defeat caches (cuda: 256)")
+  command
+      ->add_option("--rotate-mib", settings->rotate_mib,
+                   "Cycle through operand copies this large, to defeat caches (cuda: 256)")
       ->check(CLI::Range(0.0, 65536.0));
   command->add_option("--seed", settings->seed, "Random seed of the operands (1)");
   add_threads_option(*command, settings->threads);

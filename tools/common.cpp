@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -7,7 +8,6 @@
 #include <filesystem>
 #include <random>
 #include <system_error>
-#include <unistd.h>
 
 namespace a4w4::cli {
 namespace fs = std::filesystem;

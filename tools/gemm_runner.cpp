@@ -48,6 +48,7 @@ GemmRun::GemmRun(const GemmSettings& settings, DeviceMemory& memory, const MxMat
     : memory_(memory), kernel_(settings.kernel) {
   context_.set_backend(settings.backend);
   context_.set_num_threads(settings.threads);
+  if (!settings.tuned.empty()) context_.load_tuned(settings.tuned);
   a4w4_gemm_options_init(&options_);
   options_.alpha = settings.alpha;
   options_.beta = settings.beta;

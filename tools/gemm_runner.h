@@ -25,6 +25,7 @@ struct GemmSettings {
   int threads = 0;     // 0: the library's default
   int split_k = 0;     // 0: automatic
   std::string kernel;  // empty: automatic
+  std::string tuned;   // a tuned configuration to load (empty: none, or A4W4_TUNED_CONFIG's)
   float alpha = 1.0f;
   float beta = 0.0f;
   OutDtype out = OutDtype::kF32;

@@ -185,8 +185,9 @@ const char* kTunedHeader = "device,sm_count,M,N,K,kernel,split_k,us,tflops\n";
 
 TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
   write_raw("shapes.txt", "# two shapes\n1 64 256 tiny\n8x96x512 small\n");
-  Outcome result = run("tune --shapes shapes.txt --out tuned.csv --samples 2 --batch-ms 0.2 "
-                       "--threads 2");
+  Outcome result =
+      run("tune --shapes shapes.txt --out tuned.csv --samples 2 --batch-ms 0.2 "
+          "--threads 2");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.err.find("[1/2] 1x64x256 tiny"), std::string::npos) << result.err;
   EXPECT_NE(result.out.find("wrote 2 entries"), std::string::npos) << result.out;
@@ -213,8 +214,9 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
   result = run("kernels -m 3 -n 96 -k 512 --tuned tuned.csv");  // the bucket above M = 3
   EXPECT_NE(result.out.find("(tuned: entry at M=8, line 4)"), std::string::npos) << result.out;
 
-  result = run("bench --backend cpu --shapes shapes.txt --samples 3 --tuned tuned.csv "
-               "--compare-heuristic");
+  result =
+      run("bench --backend cpu --shapes shapes.txt --samples 3 --tuned tuned.csv "
+          "--compare-heuristic");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.out.find("heuristic"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("tuned"), std::string::npos) << result.out;
@@ -223,8 +225,8 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
 }
 
 TEST_F(CliTest, ConfigCheckReportsMalformedStaleAndForeignEntries) {
-  write_raw("bad.csv", std::string(kTunedHeader) + cpu_tuning_key() +
-                           ",1,64,256,cpu.reference,0,1\n");
+  write_raw("bad.csv",
+            std::string(kTunedHeader) + cpu_tuning_key() + ",1,64,256,cpu.reference,0,1\n");
   expect_failure("config check bad.csv", "bad.csv:2: 8 fields, but the header has 9 columns");
   write_raw("stale.csv", std::string(kTunedHeader) + cpu_tuning_key() +
                              ",1,64,256,cpu.gone,0,1,1\n"
