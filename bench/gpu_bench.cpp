@@ -96,6 +96,19 @@ double time_calls(const std::function<void(cudaStream_t, int)>& enqueue, cudaStr
   return per_call[per_call.size() / 2];
 }
 
+}  // namespace
+
+double time_enqueued(const std::function<void(void* stream, int i)>& enqueue, void* stream,
+                     int samples, double graph_us) {
+  GpuBenchOptions options;
+  options.samples = samples;
+  options.graph_us = graph_us;
+  return time_calls([&](cudaStream_t st, int i) { enqueue(st, i); },
+                    static_cast<cudaStream_t>(stream), options);
+}
+
+namespace {
+
 // How many operand sets of `bytes` each make the rotation at least three times the L2 size.
 int rotation_sets(double bytes, const GpuDeviceFacts& facts) {
   return std::clamp(static_cast<int>(std::ceil(3.0 * facts.l2_bytes / std::max(bytes, 1.0))), 2,

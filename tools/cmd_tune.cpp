@@ -25,6 +25,9 @@
 #include "mx_reference.h"
 #include "shape_selection.h"
 #include "tuned_csv.h"
+#if A4W4_CLI_CUDA
+#include "gpu_bench.h"
+#endif
 
 namespace a4w4::cli {
 namespace {
@@ -134,8 +137,15 @@ class ShapeRun {
     return comparison.relative_error;
   }
 
-  // Median microseconds per call over samples of batches of back-to-back calls.
+  // Median microseconds per call over samples of batches of back-to-back calls: on a GPU, replays
+  // of a captured graph timed with events (device time); on the CPU, wall time.
   double time(const std::string& kernel, int split) {
+#if A4W4_CLI_CUDA
+    if (settings_.backend == A4W4_BACKEND_CUDA)
+      return bench::time_enqueued(
+          [&](void*, int i) { run(kernel, split, static_cast<size_t>(i) % sets_.size()); },
+          memory_.stream(), settings_.samples, settings_.batch_ms * 1000);
+#endif
     using clock = std::chrono::steady_clock;
     auto batch_seconds = [&](int calls) {
       const auto start = clock::now();
