@@ -52,9 +52,9 @@ class GpuProblem {
   std::vector<uint8_t> gpu(a4w4_context ctx, const char* kernel = nullptr, int split = 0) const {
     const auto t = tensors(a4w4_cuda(0), device_, d_);
     const a4w4_gemm_options options = make_options(kernel, split);
-    EXPECT_EQ(a4w4_gemm(ctx, &t[0], &t[1], &t[2], &t[3], nullptr, nullptr, &t[4], &options,
-                        nullptr),
-              A4W4_SUCCESS)
+    EXPECT_EQ(
+        a4w4_gemm(ctx, &t[0], &t[1], &t[2], &t[3], nullptr, nullptr, &t[4], &options, nullptr),
+        A4W4_SUCCESS)
         << a4w4_last_error_message();
     std::vector<uint8_t> out(static_cast<size_t>(m_ * n_ * 4));
     EXPECT_EQ(cudaMemcpy(out.data(), d_, out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -68,9 +68,9 @@ class GpuProblem {
                      const_cast<uint8_t*>(host_[2].data()), const_cast<uint8_t*>(host_[3].data())};
     const auto t = tensors(a4w4_cpu(), host, out.data());
     const a4w4_gemm_options options = make_options("cpu.reference", split);
-    EXPECT_EQ(a4w4_gemm(ctx, &t[0], &t[1], &t[2], &t[3], nullptr, nullptr, &t[4], &options,
-                        nullptr),
-              A4W4_SUCCESS)
+    EXPECT_EQ(
+        a4w4_gemm(ctx, &t[0], &t[1], &t[2], &t[3], nullptr, nullptr, &t[4], &options, nullptr),
+        A4W4_SUCCESS)
         << a4w4_last_error_message();
     return out;
   }
