@@ -96,6 +96,19 @@ double time_calls(const std::function<void(cudaStream_t, int)>& enqueue, cudaStr
   return per_call[per_call.size() / 2];
 }
 
+}  // namespace
+
+double time_enqueued(const std::function<void(void* stream, int i)>& enqueue, void* stream,
+                     int samples, double graph_us) {
+  GpuBenchOptions options;
+  options.samples = samples;
+  options.graph_us = graph_us;
+  return time_calls([&](cudaStream_t st, int i) { enqueue(st, i); },
+                    static_cast<cudaStream_t>(stream), options);
+}
+
+namespace {
+
 // How many operand sets of `bytes` each make the rotation at least three times the L2 size.
 int rotation_sets(double bytes, const GpuDeviceFacts& facts) {
   return std::clamp(static_cast<int>(std::ceil(3.0 * facts.l2_bytes / std::max(bytes, 1.0))), 2,
@@ -112,6 +125,29 @@ a4w4_dtype out_dtype(const std::string& name) {
 struct Fp4Set {
   std::unique_ptr<DeviceAllocation> a, as, b, bs, pb, pbs, d;
 };
+
+// What a4w4_gemm runs for set o: "name[/split] (source)".
+std::string chosen_kernel(a4w4_context ctx, const Fp4Set& o, const Shape& s, a4w4_device gpu,
+                          a4w4_dtype dtype, bool prepared, const a4w4_gemm_options& gemm) {
+  const a4w4_tensor a = a4w4_tensor_2d(o.a->ptr, A4W4_DTYPE_E2M1, s.m, s.k, s.k, gpu);
+  const a4w4_tensor as = a4w4_tensor_2d(o.as->ptr, A4W4_DTYPE_E8M0, s.m, s.k / 32, s.k / 32, gpu);
+  a4w4_tensor b = a4w4_tensor_2d(prepared ? o.pb->ptr : o.b->ptr, A4W4_DTYPE_E2M1, s.n, s.k,
+                                 prepared ? 0 : s.k, gpu);
+  a4w4_tensor bs = a4w4_tensor_2d(prepared ? o.pbs->ptr : o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32,
+                                  prepared ? 0 : s.k / 32, gpu);
+  if (prepared) b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V1;
+  const a4w4_tensor d = a4w4_tensor_2d(o.d->ptr, dtype, s.m, s.n, s.n, gpu);
+  a4w4_gemm_choice choice{};
+  choice.struct_size = sizeof choice;
+  a4w4_check(a4w4_gemm_choose(ctx, &a, &as, &b, &bs, nullptr, nullptr, &d, &gemm, &choice),
+             "a4w4_gemm_choose");
+  const char* source = choice.source == A4W4_CHOICE_TUNED      ? "tuned"
+                       : choice.source == A4W4_CHOICE_EXPLICIT ? "explicit"
+                                                               : "heuristic";
+  return fmt::format("{}{} ({})", choice.kernel,
+                     choice.split_k > 0 ? fmt::format("/{}", choice.split_k) : std::string(),
+                     source);
+}
 
 double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDeviceFacts& facts,
                  a4w4_context ctx, cudaStream_t stream, bool prepared, std::string* kernel_used) {
@@ -169,7 +205,8 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
     const a4w4_tensor d = a4w4_tensor_2d(o.d->ptr, dtype, s.m, s.n, s.n, gpu);
     a4w4_check(a4w4_gemm(ctx, &a, &as, &b, &bs, nullptr, nullptr, &d, &gemm, st), "a4w4_gemm");
   };
-  if (kernel_used != nullptr) *kernel_used = options.kernel.empty() ? "auto" : options.kernel;
+  if (kernel_used != nullptr)
+    *kernel_used = chosen_kernel(ctx, operands[0], s, gpu, dtype, prepared, gemm);
   return time_calls(enqueue, stream, options);
 }
 
@@ -308,6 +345,15 @@ std::vector<GpuBenchRow> run_gpu_gemm_bench(
   a4w4_context ctx;
   a4w4_check(a4w4_context_create(&ctx), "a4w4_context_create");
   std::unique_ptr<a4w4_context_t, decltype(&a4w4_context_destroy)> owner(ctx, a4w4_context_destroy);
+  if (!options.tuned.empty())
+    a4w4_check(a4w4_context_load_tuned(ctx, options.tuned.c_str()), "a4w4_context_load_tuned");
+  // The heuristic alone: a context whose tuned configuration (also one from the environment) is
+  // cleared.
+  a4w4_context plain;
+  a4w4_check(a4w4_context_create(&plain), "a4w4_context_create");
+  std::unique_ptr<a4w4_context_t, decltype(&a4w4_context_destroy)> plain_owner(
+      plain, a4w4_context_destroy);
+  a4w4_check(a4w4_context_clear_tuned(plain), "a4w4_context_clear_tuned");
   Stream stream;
   std::vector<GpuBenchRow> rows;
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -320,6 +366,9 @@ std::vector<GpuBenchRow> run_gpu_gemm_bench(
     row.flops = 2.0 * s.m * s.n * s.k;
     row.floor_us = 1e6 * std::max(row.bytes / kHbmBytesPerSecond, row.flops / kFp4PeakFlops);
     row.a4w4_us = time_a4w4(s, options, facts, ctx, stream.get(), true, &row.kernel);
+    if (options.compare_heuristic)
+      row.heuristic_us =
+          time_a4w4(s, options, facts, plain, stream.get(), true, &row.heuristic_kernel);
     if (options.plain_weights)
       row.a4w4_plain_us = time_a4w4(s, options, facts, ctx, stream.get(), false, nullptr);
     if (options.baselines) {
@@ -388,6 +437,17 @@ std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDev
                        opt(r.a4w4_plain_us), r.flops / (r.a4w4_us * 1e-6) / 1e12, gbps,
                        100.0 * gbps / facts.copy_gbps, r.floor_us, opt(r.cublas_bf16_us),
                        opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us), ratio(r.cublaslt_fp8_us));
+  }
+  if (std::any_of(rows.begin(), rows.end(),
+                  [](const GpuBenchRow& r) { return r.heuristic_us > 0; })) {
+    out +=
+        "\n| M×N×K | label | kernel (prepared B) | µs | heuristic's kernel | µs | heuristic / "
+        "chosen |\n"
+        "|---|---|---|---|---|---|---|\n";
+    for (const GpuBenchRow& r : rows)
+      out += fmt::format("| {}×{}×{} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} |\n", r.shape.m,
+                         r.shape.n, r.shape.k, r.shape.label, r.kernel, r.a4w4_us,
+                         r.heuristic_kernel, r.heuristic_us, r.heuristic_us / r.a4w4_us);
   }
   return out;
 }

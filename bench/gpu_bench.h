@@ -22,6 +22,8 @@ struct GpuBenchOptions {
   std::string kernel;         // "" = dispatch
   int split_k = 0;
   std::string out_dtype = "bf16";
+  std::string tuned;               // a tuned configuration to load ("": none, or A4W4_TUNED_CONFIG)
+  bool compare_heuristic = false;  // also time the heuristic's choice (a context without tuning)
 };
 
 struct GpuBenchRow {
@@ -29,7 +31,9 @@ struct GpuBenchRow {
   double a4w4_us = 0, a4w4_plain_us = 0, cublas_bf16_us = 0, cublaslt_fp8_us = 0;
   double bytes = 0, flops = 0;
   double floor_us = 0;  // max(bytes / 4.8 TB/s, flops / 1979 TFLOP/s): shared/docs/targets.md
-  std::string kernel;   // what dispatch ran (or the one asked for)
+  std::string kernel;   // what ran: "name[/split] (explicit|tuned|heuristic)"
+  std::string heuristic_kernel;  // with compare_heuristic: the heuristic's choice and its time
+  double heuristic_us = 0;
   std::string notes;    // baselines that could not run
 };
 
@@ -40,6 +44,12 @@ struct GpuDeviceFacts {
 };
 
 GpuDeviceFacts measure_device(const GpuBenchOptions& options);
+
+// Median microseconds per call of enqueue(stream, i) on `stream` (a cudaStream_t; i = 0, 1, ...
+// may select a rotating operand set): warm-up, then replays of a captured graph of back-to-back
+// calls timed with events, so launch overhead is not counted. Used by `a4w4 tune`.
+double time_enqueued(const std::function<void(void* stream, int i)>& enqueue, void* stream,
+                     int samples, double graph_us = 2000.0);
 
 // Runs every shape; progress(i, total, label) is called before each one.
 std::vector<GpuBenchRow> run_gpu_gemm_bench(

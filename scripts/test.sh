@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: install what is missing, build with warnings as errors, run the CPU test suite,
-# then the same suite under AddressSanitizer + UndefinedBehaviorSanitizer, then a brief libFuzzer
-# run of the NPY reader. GPU tests (ctest label `cuda`) run on a GPU machine: scripts/device-run.sh.
+# then the same suite under AddressSanitizer + UndefinedBehaviorSanitizer, then brief libFuzzer
+# runs of the NPY reader and the tuned-configuration CSV reader. GPU tests (ctest label `cuda`) run on a GPU machine: scripts/device-run.sh.
 #   scripts/test.sh           everything
 #   scripts/test.sh --quick   the main build and its tests only
 set -euo pipefail
@@ -30,9 +30,13 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "=== fuzz: NPY reader (libFuzzer, 60 s) ==="
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DA4W4_BUILD_FUZZERS=ON \
   -DA4W4_BUILD_TESTS=OFF -DA4W4_CUDA=OFF >/dev/null
-cmake --build build-fuzz -j"$jobs" --target npy_fuzzer
+cmake --build build-fuzz -j"$jobs" --target npy_fuzzer tuned_csv_fuzzer
 mkdir -p build-fuzz/corpus-npy
 build-fuzz/fuzz/npy_fuzzer -max_total_time=60 -print_final_stats=1 -dict=fuzz/npy.dict \
   build-fuzz/corpus-npy \
   fuzz/corpus/npy
+echo "=== fuzz: tuned-configuration CSV reader (libFuzzer, 30 s) ==="
+mkdir -p build-fuzz/corpus-tuned-csv
+build-fuzz/fuzz/tuned_csv_fuzzer -max_total_time=30 -print_final_stats=1 \
+  -dict=fuzz/tuned_csv.dict build-fuzz/corpus-tuned-csv fuzz/corpus/tuned_csv
 echo "=== all tests passed ==="

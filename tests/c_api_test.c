@@ -128,6 +128,44 @@ int main(void) {
   CHECK(a_scale[0][0] == 127 && a[0][0] == 0x10);
   CHECK(d[0][0] == 73.0f && d[1][0] == -17.0f);
 
+  /* The kernel registry and the chooser. */
+  {
+    a4w4_kernel_properties props;
+    a4w4_gemm_choice choice;
+    int index = -1, entries = -1, warnings = -1;
+    char key[64];
+    int sm_count = 0;
+    memset(&props, 0, sizeof props);
+    props.struct_size = sizeof props;
+    CHECK(a4w4_kernel_find("cpu.reference", &index) == A4W4_SUCCESS);
+    CHECK(a4w4_kernel_describe(index, &props) == A4W4_SUCCESS);
+    CHECK(strcmp(props.name, "cpu.reference") == 0);
+    CHECK(props.backend == A4W4_BACKEND_CPU && props.path == A4W4_KERNEL_PATH_CPU);
+    CHECK(strcmp(a4w4_kernel_path_name(props.path), "cpu") == 0);
+    CHECK(strcmp(a4w4_kernel_path_name((a4w4_kernel_path)99), "invalid") == 0);
+    CHECK(a4w4_kernel_find("cpu.nope", &index) == A4W4_ERROR_KERNEL_NOT_FOUND);
+    a4w4_gemm_options_init(&options);
+    CHECK(a4w4_kernel_applicable(ctx, "cpu.reference", &at, &ast, &bt, &bst, NULL, NULL, &dt,
+                                 &options) == A4W4_SUCCESS);
+    CHECK(a4w4_kernel_applicable(ctx, "cpu.nope", &at, &ast, &bt, &bst, NULL, NULL, &dt,
+                                 &options) == A4W4_ERROR_KERNEL_NOT_FOUND);
+    memset(&choice, 0, sizeof choice);
+    choice.struct_size = sizeof choice;
+    options.kernel = "cpu.reference";
+    options.split_k = 2;
+    CHECK(a4w4_gemm_choose(ctx, &at, &ast, &bt, &bst, NULL, NULL, &dt, &options, &choice) ==
+          A4W4_SUCCESS);
+    CHECK(strcmp(choice.kernel, "cpu.reference") == 0 && choice.split_k == 2 &&
+          choice.source == A4W4_CHOICE_EXPLICIT);
+    CHECK(a4w4_context_load_tuned(ctx, "/nonexistent/tuned.csv") == A4W4_ERROR_CONFIG);
+    CHECK(strstr(a4w4_last_error_message(), "/nonexistent/tuned.csv") != NULL);
+    CHECK(a4w4_context_tuned_count(ctx, &entries, &warnings) == A4W4_SUCCESS);
+    CHECK(entries == 0 && warnings == 0);
+    CHECK(a4w4_context_clear_tuned(ctx) == A4W4_SUCCESS);
+    CHECK(a4w4_device_tuning_key(cpu, key, sizeof key, &sm_count) == A4W4_SUCCESS);
+    CHECK(strcmp(key, "cpu") == 0 && sm_count >= 1);
+  }
+
   CHECK(a4w4_context_destroy(ctx) == A4W4_SUCCESS);
   printf("c_api_test: ok (a4w4 %s)\n", a4w4_version_string());
   return 0;

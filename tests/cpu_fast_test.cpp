@@ -20,6 +20,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/fast.h"
 #include "backends/cpu/reference.h"
+#include "dispatch/chooser.h"
 #include "dispatch/registry.h"
 #include "numerics/float_formats.h"
 #include "test_support.h"
@@ -306,7 +307,7 @@ TEST_F(CpuFast, DispatchPicksTheFastestApplicableKernel) {
                            : avx2 ? "cpu.gemm_avx2"
                                   : "cpu.gemm_scalar";
   auto pick = [](const a4w4::GemmProblem& p) {
-    return std::string(a4w4::select_gemm_kernel(p, A4W4_BACKEND_CPU, "").name);
+    return std::string(a4w4::choose_gemm_kernel(p, A4W4_BACKEND_CPU, "", nullptr).kernel->name);
   };
   for (int64_t m : {1, 2, 3, 4})
     EXPECT_EQ(pick(problem_of(m, 64, 256, A4W4_LAYOUT_PLAIN)), vnni ? "cpu.gemv_avx512vnni" : gemm)

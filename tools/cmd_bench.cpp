@@ -15,6 +15,7 @@
 #include "a4w4/a4w4.h"
 #include "commands.h"
 #include "common.h"
+#include "shape_selection.h"
 #include "shapes.h"
 #if A4W4_CLI_CUDA
 #include "gpu_bench.h"
@@ -37,50 +38,44 @@ struct BenchSettings {
   int split_k = 0;
   int threads = 0;
   std::string out_dtype = "bf16";
+  std::string tuned;
+  bool compare_heuristic = false;
 };
 
-// A progress bar on a terminal; one line per step otherwise (logs stay readable).
-void show_progress(size_t done, size_t total, const std::string& label) {
-  const bool tty = isatty(fileno(stderr));
-  if (!tty) {
-    if (done < total) fmt::print(stderr, "[{}/{}] {}\n", done + 1, total, label);
-    return;
-  }
-  constexpr int kWidth = 30;
-  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
-  fmt::print(stderr, "\r[{}{}] {}/{} {:<40}", std::string(filled, '#'),
-             std::string(kWidth - filled, '.'), done, total, label.substr(0, 40));
-  if (done == total) fmt::print(stderr, "\n");
-  std::fflush(stderr);
+std::vector<bench::Shape> selected_shapes(const BenchSettings& s) {
+  if (!s.shapes_file.empty()) return select_shapes(s.shapes_file, s.ms);
+  return select_shapes(s.preset.empty() ? "targets" : s.preset, s.ms);
 }
 
-std::vector<bench::Shape> selected_shapes(const BenchSettings& s) {
-  try {
-    if (!s.shapes_file.empty()) {
-      std::vector<bench::Shape> shapes = bench::load_shape_file(s.shapes_file);
-      if (!s.ms.empty()) {
-        std::vector<bench::Shape> expanded;
-        for (int64_t m : s.ms)
-          for (bench::Shape shape : shapes) {
-            shape.m = m;
-            expanded.push_back(shape);
-          }
-        shapes = expanded;
-      }
-      return shapes;
-    }
-    return bench::preset(s.preset.empty() ? "targets" : s.preset, s.ms);
-  } catch (const std::exception& e) {
-    fail("{}", e.what());
-  }
+// The kernel a context runs for these operands: "name[/split] (source)".
+std::string chosen(const Context& context, const a4w4_tensor* operands[5],
+                   const a4w4_gemm_options& options) {
+  a4w4_gemm_choice choice{};
+  choice.struct_size = sizeof choice;
+  check(a4w4_gemm_choose(context.get(), operands[0], operands[1], operands[2], operands[3], nullptr,
+                         nullptr, operands[4], &options, &choice),
+        "a4w4_gemm_choose");
+  const char* source = choice.source == A4W4_CHOICE_TUNED      ? "tuned"
+                       : choice.source == A4W4_CHOICE_EXPLICIT ? "explicit"
+                                                               : "heuristic";
+  return fmt::format("{} ({})", kernel_and_split(choice.kernel, choice.split_k), source);
 }
 
 // CPU: median wall time of a4w4_gemm over `samples` calls after a warm-up, on random operands.
+// With compare_heuristic, also the heuristic's own choice (a context without tuning), timed in
+// the same run when it differs.
 void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shapes) {
   Context context;
   context.set_num_threads(s.threads);
+  if (!s.tuned.empty()) context.load_tuned(s.tuned);
+  Context plain;
+  plain.set_num_threads(s.threads);
+  plain.clear_tuned();
   std::mt19937_64 rng(1);
-  fmt::print("| M×N×K | label | a4w4 cpu µs | TFLOP/s | GB/s |\n|---|---|---|---|---|\n");
+  fmt::print(
+      "| M×N×K | label | kernel | a4w4 cpu µs | TFLOP/s | GB/s |{}\n|---|---|---|---|---|---|{}\n",
+      s.compare_heuristic ? " heuristic's kernel | µs | heuristic / chosen |" : "",
+      s.compare_heuristic ? "---|---|---|" : "");
   for (size_t i = 0; i < shapes.size(); ++i) {
     const bench::Shape& shape = shapes[i];
     show_progress(i, shapes.size(), fmt::format("{}x{}x{}", shape.m, shape.n, shape.k));
@@ -99,33 +94,47 @@ void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shap
     const a4w4_tensor tbs =
         a4w4_tensor_2d(bs.data(), A4W4_DTYPE_E8M0, shape.n, shape.k / 32, shape.k / 32, cpu);
     const a4w4_tensor td = a4w4_tensor_2d(d.data(), A4W4_DTYPE_F32, shape.m, shape.n, shape.n, cpu);
+    const a4w4_tensor* operands[5] = {&ta, &tas, &tb, &tbs, &td};
     a4w4_gemm_options options;
     a4w4_gemm_options_init(&options);
     options.split_k = s.split_k;
     options.kernel = s.kernel.empty() ? nullptr : s.kernel.c_str();
-    auto call = [&] {
-      check(a4w4_gemm(context.get(), &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options,
-                      nullptr),
-            "a4w4_gemm");
-    };
-    call();
-    std::vector<double> us;
-    for (int r = 0; r < s.samples; ++r) {
-      const auto start = std::chrono::steady_clock::now();
+    auto median_us = [&](const Context& ctx) {
+      auto call = [&] {
+        check(a4w4_gemm(ctx.get(), &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+              "a4w4_gemm");
+      };
       call();
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
-                                                             start)
-                       .count());
-    }
-    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-    const double median = us[us.size() / 2];
+      std::vector<double> us;
+      for (int r = 0; r < s.samples; ++r) {
+        const auto start = std::chrono::steady_clock::now();
+        call();
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count());
+      }
+      std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+      return us[us.size() / 2];
+    };
+    const std::string kernel = chosen(context, operands, options);
+    const double median = median_us(context);
     const double bytes = (shape.m + shape.n) * (shape.k / 2.0 + shape.k / 32.0) +
                          4.0 * shape.m * shape.n;
-    fmt::print("| {}×{}×{} | {} | {:.1f} | {:.3f} | {:.1f} |\n", shape.m, shape.n, shape.k,
-               shape.label, median, 2.0 * shape.m * shape.n * shape.k / median / 1e6,
-               bytes / median / 1e3);
+    std::string comparison;
+    if (s.compare_heuristic) {
+      const std::string heuristic = chosen(plain, operands, options);
+      const bool same =
+          heuristic.substr(0, heuristic.find(' ')) == kernel.substr(0, kernel.find(' '));
+      const double heuristic_us = same ? median : median_us(plain);
+      comparison =
+          fmt::format(" {} | {:.1f} | {:.3f} |", heuristic, heuristic_us, heuristic_us / median);
+    }
+    fmt::print("| {}×{}×{} | {} | {} | {:.1f} | {:.3f} | {:.1f} |{}\n", shape.m, shape.n, shape.k,
+               shape.label, kernel, median, 2.0 * shape.m * shape.n * shape.k / median / 1e6,
+               bytes / median / 1e3, comparison);
   }
   show_progress(shapes.size(), shapes.size(), "done");
+  context.report_tuned_warnings();
 }
 
 void run_bench(const BenchSettings& s) {
@@ -144,6 +153,8 @@ void run_bench(const BenchSettings& s) {
   options.kernel = s.kernel;
   options.split_k = s.split_k;
   options.out_dtype = s.out_dtype;
+  options.tuned = s.tuned;
+  options.compare_heuristic = s.compare_heuristic;
   try {
     fmt::print(stderr, "measuring the device-to-device copy bandwidth...\n");
     const bench::GpuDeviceFacts facts = bench::measure_device(options);
@@ -200,6 +211,10 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   command->add_option("--out-dtype", settings->out_dtype, "D's dtype")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+  command->add_option("--tuned", settings->tuned, "Load this tuned configuration")
+      ->check(CLI::ExistingFile);
+  command->add_flag("--compare-heuristic", settings->compare_heuristic,
+                    "Also time what the heuristic alone chooses (tuned vs heuristic)");
   add_threads_option(*command, settings->threads);
   command->callback([settings] { run_bench(*settings); });
 }

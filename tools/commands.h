@@ -37,5 +37,7 @@ void add_quantize_command(CLI::App& app);
 void add_dequantize_command(CLI::App& app);
 void add_gemm_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
+void add_config_command(CLI::App& app);
 
 }  // namespace a4w4::cli

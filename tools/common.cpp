@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -33,12 +34,65 @@ void Context::set_backend(a4w4_backend backend) {
         fmt::format("--backend {}", a4w4_backend_name(backend)));
 }
 
+void Context::load_tuned(const std::string& path) {
+  check(a4w4_context_load_tuned(context_, path.c_str()), "--tuned " + path);
+  report_tuned_warnings();
+}
+
+void Context::clear_tuned() {
+  check(a4w4_context_clear_tuned(context_), "cannot clear the tuned configuration");
+  warnings_reported_ = 0;
+}
+
+void Context::report_tuned_warnings() {
+  const std::vector<std::string> warnings = tuned_warnings(context_);
+  for (size_t i = static_cast<size_t>(warnings_reported_); i < warnings.size(); ++i)
+    fmt::print(stderr, "a4w4: warning: {}\n", warnings[i]);
+  warnings_reported_ = static_cast<int>(warnings.size());
+}
+
+std::vector<std::string> tuned_warnings(a4w4_context context) {
+  int count = 0;
+  check(a4w4_context_tuned_count(context, nullptr, &count), "cannot read the tuned warnings");
+  std::vector<std::string> warnings;
+  for (int i = 0; i < count; ++i) {
+    char text[1024];
+    check(a4w4_context_tuned_warning(context, i, text, sizeof text),
+          "cannot read the tuned warnings");
+    warnings.emplace_back(text);
+  }
+  return warnings;
+}
+
+void show_progress(size_t done, size_t total, const std::string& label) {
+  const bool tty = isatty(fileno(stderr));
+  if (!tty) {
+    if (done < total) fmt::print(stderr, "[{}/{}] {}\n", done + 1, total, label);
+    return;
+  }
+  constexpr int kWidth = 30;
+  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+  fmt::print(stderr, "\r[{}{}] {}/{} {:<40}", std::string(filled, '#'),
+             std::string(kWidth - filled, '.'), done, total, label.substr(0, 40));
+  if (done == total) fmt::print(stderr, "\n");
+  std::fflush(stderr);
+}
+
 std::vector<KernelInfo> registered_kernels() {
   std::vector<KernelInfo> kernels(static_cast<size_t>(a4w4_kernel_count()));
-  for (size_t index = 0; index < kernels.size(); ++index)
-    check(a4w4_kernel_info(static_cast<int>(index), &kernels[index].name, &kernels[index].backend),
+  for (size_t index = 0; index < kernels.size(); ++index) {
+    KernelInfo& kernel = kernels[index];
+    check(a4w4_kernel_info(static_cast<int>(index), &kernel.name, &kernel.backend),
           "cannot list the kernels");
+    kernel.properties.struct_size = sizeof(a4w4_kernel_properties);
+    check(a4w4_kernel_describe(static_cast<int>(index), &kernel.properties),
+          "cannot describe the kernels");
+  }
   return kernels;
+}
+
+std::string kernel_and_split(const char* kernel, int split_k) {
+  return split_k > 0 ? fmt::format("{}/{}", kernel, split_k) : std::string(kernel);
 }
 
 InputArray load_input(std::string_view option, const std::string& path) {

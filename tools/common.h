@@ -43,17 +43,35 @@ class Context {
   // 0 keeps the library's default (one thread per hardware thread).
   void set_num_threads(int threads);
   void set_backend(a4w4_backend backend);
+  // Loads a tuned configuration (--tuned FILE); its warnings go to stderr.
+  void load_tuned(const std::string& path);
+  // Drops the tuned configuration (also one loaded from A4W4_TUNED_CONFIG): heuristic only.
+  void clear_tuned();
+  // Prints the tuned-configuration warnings not printed yet ("a4w4: warning: ...") to stderr.
+  void report_tuned_warnings();
 
  private:
   a4w4_context context_ = nullptr;
+  int warnings_reported_ = 0;
 };
+
+// The tuned-configuration warnings of context (a4w4_context_tuned_warning), in order.
+std::vector<std::string> tuned_warnings(a4w4_context context);
+
+// A progress bar on stderr when it is a terminal; one line per step otherwise (logs stay
+// readable). Call with done = 0..total-1 before each step and done = total at the end.
+void show_progress(size_t done, size_t total, const std::string& label);
 
 // The registered GEMM kernels, in registry order.
 struct KernelInfo {
   const char* name = nullptr;
   a4w4_backend backend = A4W4_BACKEND_AUTO;
+  a4w4_kernel_properties properties{};
 };
 std::vector<KernelInfo> registered_kernels();
+
+// "cuda.decode/4", "cuda.generic" (split 0: automatic) for tables and messages.
+std::string kernel_and_split(const char* kernel, int split_k);
 
 // An input file named on the command line: "--a A.npy" in messages.
 struct InputArray {

@@ -33,20 +33,6 @@ MxMatrix random_operand(const Context& context, std::mt19937_64& rng, int64_t ro
   return quantize_matrix(context, tensor, A4W4_SCALE_RCEIL);
 }
 
-// ||D - ref|| / ||ref|| allowed: fp32 rounding (2^-24) leaves ~1e-7; bf16 (2^-9) under 4e-3;
-// fp16 (2^-12 relative) under 1e-3.
-double tolerance(OutDtype dtype) {
-  switch (dtype) {
-    case OutDtype::kBF16:
-      return 4e-3;
-    case OutDtype::kF16:
-      return 1e-3;
-    case OutDtype::kF32:
-      break;
-  }
-  return 1e-5;
-}
-
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t mid = values.size() / 2;
@@ -97,7 +83,7 @@ void run_gemm_benchmark(const BenchOptions& options, const GemmSettings& setting
 
   const std::vector<double> result = result_values(settings.out, gemm.result());
   const Comparison comparison = compare(result, reference_gemm(a, b));
-  const double limit = tolerance(settings.out);
+  const double limit = check_tolerance(settings.out);
   const bool passed = comparison.relative_error <= limit && comparison.nan_mismatches == 0 &&
                       comparison.infinite == 0;
   fmt::print("check: ||D - ref|| / ||ref|| = {:.3e} (tolerance {:.0e} for {}; float64 reference)",

@@ -30,11 +30,25 @@ const char* out_dtype_name(OutDtype dtype) {
   return "fp32";
 }
 
+// fp32 rounding (2^-24) leaves ~1e-7; bf16 (2^-9) under 4e-3; fp16 (2^-12 relative) under 1e-3.
+double check_tolerance(OutDtype dtype) {
+  switch (dtype) {
+    case OutDtype::kBF16:
+      return 4e-3;
+    case OutDtype::kF16:
+      return 1e-3;
+    case OutDtype::kF32:
+      break;
+  }
+  return 1e-5;
+}
+
 GemmRun::GemmRun(const GemmSettings& settings, DeviceMemory& memory, const MxMatrix& a,
                  const MxMatrix& b, const FloatMatrix* c, const FloatMatrix* bias)
     : memory_(memory), kernel_(settings.kernel) {
   context_.set_backend(settings.backend);
   context_.set_num_threads(settings.threads);
+  if (!settings.tuned.empty()) context_.load_tuned(settings.tuned);
   a4w4_gemm_options_init(&options_);
   options_.alpha = settings.alpha;
   options_.beta = settings.beta;

@@ -17,12 +17,15 @@ enum class OutDtype { kF32, kBF16, kF16 };
 
 a4w4_dtype library_dtype(OutDtype dtype);
 const char* out_dtype_name(OutDtype dtype);
+// ||D - ref|| / ||ref|| a correct kernel stays within for D in dtype (one rounding of D).
+double check_tolerance(OutDtype dtype);
 
 struct GemmSettings {
   a4w4_backend backend = A4W4_BACKEND_CPU;
   int threads = 0;     // 0: the library's default
   int split_k = 0;     // 0: automatic
   std::string kernel;  // empty: automatic
+  std::string tuned;   // a tuned configuration to load (empty: none, or A4W4_TUNED_CONFIG's)
   float alpha = 1.0f;
   float beta = 0.0f;
   OutDtype out = OutDtype::kF32;

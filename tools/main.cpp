@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   a4w4::cli::add_dequantize_command(app);
   a4w4::cli::add_gemm_command(app);
   a4w4::cli::add_bench_command(app);
+  a4w4::cli::add_tune_command(app);
+  a4w4::cli::add_config_command(app);
 
   try {
     app.parse(argc, argv);

@@ -31,7 +31,22 @@ std::vector<double> decode(const MxMatrix& op) {
   return out;
 }
 
+// Element k of row r, decoded exactly.
+double element(const MxMatrix& op, int64_t r, int64_t k) {
+  const uint8_t scale_byte = op.scales[static_cast<size_t>(r * (op.k / 32) + k / 32)];
+  if (scale_byte == kScaleNaN) return std::numeric_limits<double>::quiet_NaN();
+  const uint8_t byte = op.values[static_cast<size_t>(r * (op.k / 2) + k / 2)];
+  const int code = (k % 2 == 0) ? (byte & 0xF) : (byte >> 4);  // element 2i: low nibble
+  return kE2M1Values[code] * std::ldexp(1.0, scale_byte - 127);
+}
+
 }  // namespace
+
+double reference_entry(const MxMatrix& a, int64_t row, const MxMatrix& b, int64_t col) {
+  double sum = 0;
+  for (int64_t k = 0; k < a.k; ++k) sum += element(a, row, k) * element(b, col, k);
+  return sum;
+}
 
 std::vector<double> reference_gemm(const MxMatrix& a, const MxMatrix& b) {
   const std::vector<double> da = decode(a), db = decode(b);

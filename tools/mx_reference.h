@@ -15,6 +15,10 @@ namespace a4w4::cli {
 // so is each 32-element block sum; only the sum over blocks rounds, in double.
 std::vector<double> reference_gemm(const MxMatrix& a, const MxMatrix& b);
 
+// ref[row, col] alone, as reference_gemm computes it: spot checks of problems too large for the
+// whole product.
+double reference_entry(const MxMatrix& a, int64_t row, const MxMatrix& b, int64_t col);
+
 struct Comparison {
   double relative_error = 0.0;  // ||D - ref|| / ||ref|| over the entries where ref is not NaN
   int64_t nan_mismatches = 0;   // NaN where ref is a number, or a number where ref is NaN

@@ -346,10 +346,135 @@ A4W4_API a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
 /* Kernel registry                                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Number of registered kernels, and the name and backend of the i-th (0 <= index < count).
+/* Every GEMM kernel compiled into this build has a name ("cpu.reference", "cuda.decode", ...),
+   a backend, a path and the constraints it checks before it runs (docs/kernels-and-tuning.md).
+
+   Number of registered kernels, and the name and backend of the i-th (0 <= index < count).
    Names are static strings. */
 A4W4_API int a4w4_kernel_count(void);
 A4W4_API a4w4_status a4w4_kernel_info(int index, const char** name, a4w4_backend* backend);
+
+/* The kind of code a kernel runs. */
+typedef A4W4_ENUM(a4w4_kernel_path) {
+  A4W4_KERNEL_PATH_CPU = 1,     /* a CPU kernel */
+  A4W4_KERNEL_PATH_DECODE = 2,  /* small M, memory-bound: streams the weight once */
+  A4W4_KERNEL_PATH_BF16 = 3,    /* tensor cores on operands widened to bf16 */
+  A4W4_KERNEL_PATH_FP8 = 4,     /* tensor cores on operands converted to fp8 */
+  A4W4_KERNEL_PATH_GENERIC = 5  /* runs everything the API accepts: the fallback */
+} a4w4_kernel_path;
+
+/* "cpu", "decode", "bf16", "fp8", "generic"; "invalid" otherwise. */
+A4W4_API const char* a4w4_kernel_path_name(a4w4_kernel_path path);
+
+/* What a kernel is and what it takes. Set struct_size = sizeof(a4w4_kernel_properties) before the
+   call; a later version of the library writes only the fields a caller's struct_size covers. */
+typedef struct a4w4_kernel_properties {
+  uint32_t struct_size;
+  const char* name; /* static string */
+  a4w4_backend backend;
+  a4w4_kernel_path path;
+  /* The tile of D (tile_m x tile_n) one CTA or work item computes, and its K step; 0 where the
+     kernel has no fixed tile (the CPU kernels block adaptively). */
+  int32_t tile_m, tile_n, tile_k;
+  /* Largest options.split_k the kernel accepts: 0 = any (up to K/32), 1 = no split. */
+  int32_t max_split_k;
+  /* 1 when split-K partitions run concurrently (split-K adds parallelism); 0 when the kernel
+     adds the partitions one after another (split-K only sets the order of the sums). */
+  int32_t split_k_parallel;
+  /* 1 when the kernel chooses its own split for split_k = 0 (automatic). */
+  int32_t auto_split_k;
+  /* M range the kernel takes (max_m = 0: unbounded). */
+  int64_t min_m, max_m;
+  /* Everything else it checks (alignment, layout, device), as one static line of text. */
+  const char* constraints;
+} a4w4_kernel_properties;
+
+/* Fills *properties for the index-th kernel (0 <= index < a4w4_kernel_count()). */
+A4W4_API a4w4_status a4w4_kernel_describe(int index, a4w4_kernel_properties* properties);
+/* The index of the kernel called name; A4W4_ERROR_KERNEL_NOT_FOUND when none is. */
+A4W4_API a4w4_status a4w4_kernel_find(const char* name, int* index);
+
+/* Whether kernel `name` can run this GEMM: the same operands and options as a4w4_gemm, which is
+   neither run nor written (options->kernel is ignored; options->split_k counts). Returns
+   A4W4_SUCCESS when it can; A4W4_ERROR_KERNEL_NOT_FOUND or A4W4_ERROR_KERNEL_NOT_APPLICABLE with
+   the reason in a4w4_last_error_message() when not; any other code when a4w4_gemm itself would
+   reject the arguments. */
+A4W4_API a4w4_status a4w4_kernel_applicable(a4w4_context ctx, const char* name,
+                                            const a4w4_tensor* a, const a4w4_tensor* a_scale,
+                                            const a4w4_tensor* b, const a4w4_tensor* b_scale,
+                                            const a4w4_tensor* c, const a4w4_tensor* bias,
+                                            const a4w4_tensor* d,
+                                            const a4w4_gemm_options* options);
+
+/* Why a kernel was chosen. */
+typedef A4W4_ENUM(a4w4_choice_source) {
+  A4W4_CHOICE_EXPLICIT = 1,  /* options.kernel named it */
+  A4W4_CHOICE_TUNED = 2,     /* an entry of the context's tuned configuration */
+  A4W4_CHOICE_HEURISTIC = 3  /* the built-in chooser (no tuned entry, or one that was skipped) */
+} a4w4_choice_source;
+
+/* The kernel and split a4w4_gemm would run. Set struct_size = sizeof(a4w4_gemm_choice). */
+typedef struct a4w4_gemm_choice {
+  uint32_t struct_size;
+  const char* kernel; /* static string */
+  /* The split_k the kernel receives: options.split_k when the caller gave one; else from the
+     tuned entry or the heuristic; 0 = the kernel's own automatic choice (one partition for kernels
+     without one, a4w4_kernel_properties.auto_split_k). */
+  int32_t split_k;
+  a4w4_choice_source source;
+  /* For A4W4_CHOICE_TUNED: the M of the entry used (M itself, or the next larger M bucket) and
+     its line in the file. 0 otherwise. */
+  int64_t tuned_m;
+  int32_t tuned_line;
+} a4w4_gemm_choice;
+
+/* What a4w4_gemm would run for these arguments, without running it (nothing is written but
+   *choice). Fails exactly as a4w4_gemm would before launching. */
+A4W4_API a4w4_status a4w4_gemm_choose(a4w4_context ctx, const a4w4_tensor* a,
+                                      const a4w4_tensor* a_scale, const a4w4_tensor* b,
+                                      const a4w4_tensor* b_scale, const a4w4_tensor* c,
+                                      const a4w4_tensor* bias, const a4w4_tensor* d,
+                                      const a4w4_gemm_options* options, a4w4_gemm_choice* choice);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tuned configurations                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A tuned configuration is a CSV file (written by `a4w4 tune`) whose header starts
+     device,sm_count,M,N,K,kernel,split_k,us,tflops
+   (more columns may follow and are ignored): the best kernel and split measured for each shape on
+   one device. For a GEMM on a device, a4w4 takes the entry of that device with the same N and K
+   and the exact M, else the entry with the nearest larger M; without one, or when the entry's
+   kernel does not exist in this build or cannot run the problem (skipped with a warning), the
+   heuristic chooses. An explicit options.kernel or options.split_k wins over the entry.
+   Entries of other devices are ignored. docs/kernels-and-tuning.md has the details. */
+
+/* Environment variable naming a tuned configuration that a4w4_context_create loads. When it is
+   set and the file cannot be read or is malformed, a4w4_context_create fails with
+   A4W4_ERROR_CONFIG and the message says why (file:line). */
+#define A4W4_TUNED_CONFIG_ENV "A4W4_TUNED_CONFIG"
+
+/* Loads the file at path into the context, replacing its tuned configuration. A file that cannot
+   be read or is malformed fails with A4W4_ERROR_CONFIG ("file:line: what is wrong") and leaves
+   the context's configuration as it was. Entries that name an unknown kernel, or one that cannot
+   serve their device or shape, are skipped with a warning (a4w4_context_tuned_warning). */
+A4W4_API a4w4_status a4w4_context_load_tuned(a4w4_context ctx, const char* path);
+/* Drops the context's tuned configuration: the heuristic chooses from then on. */
+A4W4_API a4w4_status a4w4_context_clear_tuned(a4w4_context ctx);
+/* Entries of the loaded configuration that serve a device of this machine, and the warnings
+   recorded so far (at load time, and for entries found not to apply when a GEMM looked them up).
+   Either pointer may be NULL. */
+A4W4_API a4w4_status a4w4_context_tuned_count(a4w4_context ctx, int* entries, int* warnings);
+/* The index-th warning ("tuned.csv:12: kernel 'cuda.old' is not registered; entry skipped"),
+   truncated to fit buf (always NUL-terminated). */
+A4W4_API a4w4_status a4w4_context_tuned_warning(a4w4_context ctx, int index, char* buf,
+                                                size_t buf_size);
+
+/* The key a tuned configuration uses for a device: its name and multiprocessor count. CUDA: the
+   device name and SM count the runtime reports ("NVIDIA H200", 132). CPU: "cpu" and the number of
+   hardware threads. name is truncated to fit name_size (always NUL-terminated). */
+A4W4_API a4w4_status a4w4_device_tuning_key(a4w4_device device, char* name, size_t name_size,
+                                            int* sm_count);
 
 #ifdef __cplusplus
 } /* extern "C" */

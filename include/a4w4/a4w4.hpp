@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "a4w4/a4w4.h"
 
@@ -68,6 +69,17 @@ struct GemmOptions {
   }
 };
 
+// The registered GEMM kernels and their metadata, in registry order.
+using KernelProperties = a4w4_kernel_properties;
+inline std::vector<KernelProperties> kernels() {
+  std::vector<KernelProperties> out(static_cast<size_t>(a4w4_kernel_count()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].struct_size = sizeof(KernelProperties);
+    check(a4w4_kernel_describe(static_cast<int>(i), &out[i]));
+  }
+  return out;
+}
+
 // Owns an a4w4_context. Movable, not copyable; safe to share across threads by reference.
 class Context {
  public:
@@ -88,6 +100,45 @@ class Context {
 
   void set_backend(a4w4_backend backend) { check(a4w4_context_set_backend(ctx_, backend)); }
   void set_num_threads(int threads) { check(a4w4_context_set_num_threads(ctx_, threads)); }
+
+  // Tuned configurations (docs/kernels-and-tuning.md).
+  Status try_load_tuned(const std::string& path) {
+    return Status::from(a4w4_context_load_tuned(ctx_, path.c_str()));
+  }
+  void load_tuned(const std::string& path) { throw_if_failed(try_load_tuned(path)); }
+  void clear_tuned() { check(a4w4_context_clear_tuned(ctx_)); }
+  std::vector<std::string> tuned_warnings() const {
+    int count = 0;
+    check(a4w4_context_tuned_count(ctx_, nullptr, &count));
+    std::vector<std::string> warnings;
+    for (int i = 0; i < count; ++i) {
+      char text[1024];
+      check(a4w4_context_tuned_warning(ctx_, i, text, sizeof text));
+      warnings.emplace_back(text);
+    }
+    return warnings;
+  }
+
+  // Whether kernel `name` can run this GEMM (the reason in the Status when not).
+  Status try_applicable(const std::string& name, const a4w4_tensor& a, const a4w4_tensor& a_scale,
+                        const a4w4_tensor& b, const a4w4_tensor& b_scale, const a4w4_tensor& d,
+                        const a4w4_tensor* c = nullptr, const a4w4_tensor* bias = nullptr,
+                        const GemmOptions& options = {}) const {
+    const a4w4_gemm_options c_options = options.to_c();
+    return Status::from(a4w4_kernel_applicable(ctx_, name.c_str(), &a, &a_scale, &b, &b_scale, c,
+                                               bias, &d, &c_options));
+  }
+  // The kernel and split a gemm() with these arguments would run.
+  a4w4_gemm_choice choose(const a4w4_tensor& a, const a4w4_tensor& a_scale, const a4w4_tensor& b,
+                          const a4w4_tensor& b_scale, const a4w4_tensor& d,
+                          const a4w4_tensor* c = nullptr, const a4w4_tensor* bias = nullptr,
+                          const GemmOptions& options = {}) const {
+    const a4w4_gemm_options c_options = options.to_c();
+    a4w4_gemm_choice choice{};
+    choice.struct_size = sizeof choice;
+    check(a4w4_gemm_choose(ctx_, &a, &a_scale, &b, &b_scale, c, bias, &d, &c_options, &choice));
+    return choice;
+  }
 
   Status try_quantize(const a4w4_tensor& x, const a4w4_tensor& q, const a4w4_tensor& scale,
                       a4w4_scale_mode mode = A4W4_SCALE_RCEIL, void* stream = nullptr) const {

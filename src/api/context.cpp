@@ -2,6 +2,12 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "api/error.h"
 #include "backends/cuda/cuda_runtime_probe.h"
 
@@ -47,7 +53,17 @@ extern "C" {
 a4w4_status a4w4_context_create(a4w4_context* ctx) {
   return a4w4::guarded(__func__, [&] {
     if (ctx == nullptr) a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "ctx: must not be NULL");
-    *ctx = new a4w4_context_t();
+    auto context = std::make_unique<a4w4_context_t>();
+    // A set but unusable configuration fails here: silently running untuned would hide it.
+    const char* path = std::getenv(A4W4_TUNED_CONFIG_ENV);
+    if (path != nullptr && *path != '\0') {
+      try {
+        context->set_tuned_table(a4w4::TunedTable::load(path));
+      } catch (const a4w4::ApiError& e) {
+        a4w4::fail(e.status(), "{}: {}", A4W4_TUNED_CONFIG_ENV, e.what());
+      }
+    }
+    *ctx = context.release();
   });
 }
 
@@ -94,6 +110,68 @@ a4w4_status a4w4_context_get_num_threads(a4w4_context ctx, int* num_threads) {
     if (num_threads == nullptr)
       a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "num_threads: must not be NULL");
     *num_threads = context.num_threads.load();
+  });
+}
+
+a4w4_status a4w4_context_load_tuned(a4w4_context ctx, const char* path) {
+  return a4w4::guarded(__func__, [&] {
+    auto& context = a4w4::checked_context(ctx);
+    if (path == nullptr || *path == '\0')
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "path: must be a non-empty file name");
+    context.set_tuned_table(a4w4::TunedTable::load(path));  // replaced only once loaded
+  });
+}
+
+a4w4_status a4w4_context_clear_tuned(a4w4_context ctx) {
+  return a4w4::guarded(__func__, [&] { a4w4::checked_context(ctx).set_tuned_table(nullptr); });
+}
+
+a4w4_status a4w4_context_tuned_count(a4w4_context ctx, int* entries, int* warnings) {
+  return a4w4::guarded(__func__, [&] {
+    const auto table = a4w4::checked_context(ctx).tuned_table();
+    if (entries != nullptr) *entries = table ? table->entry_count() : 0;
+    if (warnings != nullptr) *warnings = table ? static_cast<int>(table->warnings().size()) : 0;
+  });
+}
+
+a4w4_status a4w4_context_tuned_warning(a4w4_context ctx, int index, char* buf, size_t buf_size) {
+  return a4w4::guarded(__func__, [&] {
+    const auto table = a4w4::checked_context(ctx).tuned_table();
+    if (buf == nullptr || buf_size == 0)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "buf: must be non-NULL with buf_size > 0");
+    const std::vector<std::string> warnings =
+        table ? table->warnings() : std::vector<std::string>{};
+    if (index < 0 || static_cast<size_t>(index) >= warnings.size())
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "index: expected 0 <= index < {}, got {}",
+                 warnings.size(), index);
+    const std::string& text = warnings[static_cast<size_t>(index)];
+    const size_t n = std::min(text.size(), buf_size - 1);
+    text.copy(buf, n);
+    buf[n] = '\0';
+  });
+}
+
+a4w4_status a4w4_device_tuning_key(a4w4_device device, char* name, size_t name_size,
+                                   int* sm_count) {
+  return a4w4::guarded(__func__, [&] {
+    if (name == nullptr || name_size == 0 || sm_count == nullptr)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT,
+                 "name (with name_size > 0) and sm_count must not be NULL");
+    if (device.type == A4W4_DEVICE_CUDA) {
+      if (!a4w4::cuda::compiled())
+        a4w4::fail(A4W4_ERROR_BACKEND_NOT_COMPILED, "device: this build has no CUDA backend");
+      if (device.ordinal < 0 || device.ordinal >= a4w4::cuda::device_count())
+        a4w4::fail(A4W4_ERROR_NO_DEVICE, "device: CUDA ordinal {} requested, {} present",
+                   device.ordinal, a4w4::cuda::device_count());
+    } else if (device.type != A4W4_DEVICE_CPU || device.ordinal != 0) {
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "device: type {} ordinal {} is not a valid device",
+                 static_cast<int>(device.type), device.ordinal);
+    }
+    const a4w4::DeviceKey key = a4w4::device_key(device);
+    const size_t n = std::min(key.name.size(), name_size - 1);
+    key.name.copy(name, n);
+    name[n] = '\0';
+    *sm_count = key.sm_count;
   });
 }
 

@@ -1,15 +1,34 @@
 // The a4w4_context object: settings shared by the calls made through it. Reads and writes of its
-// settings are atomic, so one context may serve several threads at once.
+// settings are atomic, and the tuned configuration is an immutable table swapped under a mutex, so
+// one context may serve several threads at once.
 #pragma once
 
 #include <atomic>
+#include <memory>
+#include <mutex>
 
 #include "a4w4/a4w4.h"
 #include "dispatch/problem.h"
+#include "dispatch/tuned_config.h"
 
 struct a4w4_context_t {
   std::atomic<a4w4_backend> backend{A4W4_BACKEND_AUTO};
   std::atomic<int> num_threads{0};  // 0 = one per hardware thread
+
+  // The tuned configuration (null: none). Calls take a reference to the current table, so a
+  // concurrent load or clear never changes a table in use.
+  std::shared_ptr<const a4w4::TunedTable> tuned_table() const {
+    const std::lock_guard lock(tuned_mutex);
+    return tuned;
+  }
+  void set_tuned_table(std::shared_ptr<const a4w4::TunedTable> table) {
+    const std::lock_guard lock(tuned_mutex);
+    tuned = std::move(table);
+  }
+
+ private:
+  mutable std::mutex tuned_mutex;
+  std::shared_ptr<const a4w4::TunedTable> tuned;
 };
 
 namespace a4w4 {

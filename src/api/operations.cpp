@@ -1,6 +1,8 @@
 // The C entry points for quantize, dequantize and GEMM: every argument is checked here, before
 // anything is written, then the validated problem goes to the backend that serves its device.
+#include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "backends/cpu/fast.h"
 #include "backends/cpu/reference.h"
 #include "backends/cuda/cuda_backend.h"
+#include "dispatch/chooser.h"
 #include "dispatch/registry.h"
 #include "numerics/weight_layout.h"
 
@@ -69,6 +72,103 @@ std::pair<MatrixView, MatrixView> check_packed(const a4w4_tensor* values, const 
     s.prepared_bytes = layout::prepared_scale_bytes(v.rows, v.cols);
   }
   return {v, s};
+}
+
+// Checks every argument of a4w4_gemm (in the order its documentation gives) and returns the
+// validated problem, the backend that serves it and the requested kernel name. Shared by
+// a4w4_gemm, a4w4_gemm_choose and a4w4_kernel_applicable, so all three judge a call alike.
+struct GemmCall {
+  a4w4_backend backend;
+  GemmProblem problem;
+  std::string kernel;  // empty: choose
+};
+
+GemmCall check_gemm_call(const a4w4_context_t& context, const a4w4_tensor* a,
+                         const a4w4_tensor* a_scale, const a4w4_tensor* b,
+                         const a4w4_tensor* b_scale, const a4w4_tensor* c, const a4w4_tensor* bias,
+                         const a4w4_tensor* d, const a4w4_gemm_options* options, void* stream) {
+  a4w4_gemm_options opts;
+  a4w4_gemm_options_init(&opts);
+  if (options != nullptr) {
+    if (options->struct_size != sizeof(a4w4_gemm_options))
+      fail(A4W4_ERROR_INVALID_ARGUMENT,
+           "options: struct_size is {}, expected {} (initialise it with "
+           "a4w4_gemm_options_init)",
+           options->struct_size, sizeof(a4w4_gemm_options));
+    opts = *options;
+  }
+
+  const auto [av, asv] = check_packed(a, "a", a_scale, "a_scale");
+  const int64_t m = av.rows, k = av.cols;
+  const auto [bv, bsv] = check_packed(b, "b", b_scale, "b_scale", /*allow_prepared=*/true);
+  const int64_t n = bv.rows;
+  if (bv.cols != k)
+    fail(A4W4_ERROR_SHAPE_MISMATCH, "b: expected shape [N, {}] (K of a), got [{}, {}]", k, bv.rows,
+         bv.cols);
+  const MatrixView dv = check_matrix(d, "d", kFloatDtypes);
+  expect_shape(dv, m, n, "[M, N] from a and b");
+
+  std::vector<const MatrixView*> operands = {&av, &asv, &bv, &bsv, &dv};
+  MatrixView cv{}, biasv{};
+  bool c_is_d = false;
+  if (c != nullptr) {
+    cv = check_matrix(c, "c", kFloatDtypes);
+    expect_shape(cv, m, n, "[M, N] like d");
+    c_is_d = cv.data == dv.data;
+    if (c_is_d && (cv.row_stride != dv.row_stride || cv.dtype != dv.dtype))
+      fail(A4W4_ERROR_INVALID_ARGUMENT,
+           "c: may alias d only as the very same tensor (same dtype and strides)");
+    operands.push_back(&cv);
+  }
+  if (bias != nullptr) {
+    biasv = check_vector(bias, "bias", kFloatDtypes);
+    if (biasv.rows != n)
+      fail(A4W4_ERROR_SHAPE_MISMATCH, "bias: expected shape [{}] (N of b), got [{}]", n,
+           biasv.rows);
+    operands.push_back(&biasv);
+  }
+
+  const int64_t blocks = k / 32;
+  if (opts.split_k < 0 || opts.split_k > blocks)
+    fail(A4W4_ERROR_INVALID_ARGUMENT,
+         "options.split_k: expected 0 (automatic) or 1..{} (the number of 32-wide K blocks), "
+         "got {}",
+         blocks, opts.split_k);
+  if (opts.math_mode != A4W4_MATH_EXACT && opts.math_mode != A4W4_MATH_FAST_ACCUM)
+    fail(A4W4_ERROR_INVALID_ARGUMENT, "options.math_mode: {} is not an a4w4_math_mode value",
+         static_cast<int>(opts.math_mode));
+
+  const a4w4_backend backend = resolve_backend(context, common_device(operands));
+  check_pointers(operands);
+  for (const MatrixView* view : operands) {
+    if (view != &dv && !(view == &cv && c_is_d)) expect_disjoint(dv, *view);
+  }
+
+  return GemmCall{backend,
+                  GemmProblem{
+                      m,
+                      n,
+                      k,
+                      packed(av, asv),
+                      packed(bv, bsv),
+                      FloatOperand{c ? cv.data : nullptr, cv.dtype, cv.row_stride},
+                      FloatOperand{bias ? biasv.data : nullptr, biasv.dtype, biasv.row_stride},
+                      dv.data,
+                      dv.dtype,
+                      dv.row_stride,
+                      opts.alpha,
+                      opts.beta,
+                      opts.split_k,
+                      opts.math_mode,
+                      dv.device,
+                      stream,
+                  },
+                  opts.kernel != nullptr ? std::string(opts.kernel) : std::string()};
+}
+
+GemmChoice choose(const a4w4_context_t& context, const GemmCall& call) {
+  const std::shared_ptr<const TunedTable> tuned = context.tuned_table();
+  return choose_gemm_kernel(call.problem, call.backend, call.kernel, tuned.get());
 }
 
 }  // namespace
@@ -146,84 +246,52 @@ a4w4_status a4w4_gemm(a4w4_context ctx, const a4w4_tensor* a, const a4w4_tensor*
   using namespace a4w4;
   return guarded(__func__, [&] {
     const a4w4_context_t& context = checked_context(ctx);
-    a4w4_gemm_options opts;
-    a4w4_gemm_options_init(&opts);
-    if (options != nullptr) {
-      if (options->struct_size != sizeof(a4w4_gemm_options))
-        fail(A4W4_ERROR_INVALID_ARGUMENT,
-             "options: struct_size is {}, expected {} (initialise it with "
-             "a4w4_gemm_options_init)",
-             options->struct_size, sizeof(a4w4_gemm_options));
-      opts = *options;
-    }
+    GemmCall call = check_gemm_call(context, a, a_scale, b, b_scale, c, bias, d, options, stream);
+    const GemmChoice choice = choose(context, call);
+    call.problem.split_k = choice.split_k;
+    choice.kernel->run(call.problem, exec_config(context));
+  });
+}
 
-    const auto [av, asv] = check_packed(a, "a", a_scale, "a_scale");
-    const int64_t m = av.rows, k = av.cols;
-    const auto [bv, bsv] = check_packed(b, "b", b_scale, "b_scale", /*allow_prepared=*/true);
-    const int64_t n = bv.rows;
-    if (bv.cols != k)
-      fail(A4W4_ERROR_SHAPE_MISMATCH, "b: expected shape [N, {}] (K of a), got [{}, {}]", k,
-           bv.rows, bv.cols);
-    const MatrixView dv = check_matrix(d, "d", kFloatDtypes);
-    expect_shape(dv, m, n, "[M, N] from a and b");
-
-    std::vector<const MatrixView*> operands = {&av, &asv, &bv, &bsv, &dv};
-    MatrixView cv{}, biasv{};
-    bool c_is_d = false;
-    if (c != nullptr) {
-      cv = check_matrix(c, "c", kFloatDtypes);
-      expect_shape(cv, m, n, "[M, N] like d");
-      c_is_d = cv.data == dv.data;
-      if (c_is_d && (cv.row_stride != dv.row_stride || cv.dtype != dv.dtype))
-        fail(A4W4_ERROR_INVALID_ARGUMENT,
-             "c: may alias d only as the very same tensor (same dtype and strides)");
-      operands.push_back(&cv);
-    }
-    if (bias != nullptr) {
-      biasv = check_vector(bias, "bias", kFloatDtypes);
-      if (biasv.rows != n)
-        fail(A4W4_ERROR_SHAPE_MISMATCH, "bias: expected shape [{}] (N of b), got [{}]", n,
-             biasv.rows);
-      operands.push_back(&biasv);
-    }
-
-    const int64_t blocks = k / 32;
-    if (opts.split_k < 0 || opts.split_k > blocks)
+a4w4_status a4w4_gemm_choose(a4w4_context ctx, const a4w4_tensor* a, const a4w4_tensor* a_scale,
+                             const a4w4_tensor* b, const a4w4_tensor* b_scale, const a4w4_tensor* c,
+                             const a4w4_tensor* bias, const a4w4_tensor* d,
+                             const a4w4_gemm_options* options, a4w4_gemm_choice* choice) {
+  using namespace a4w4;
+  return guarded(__func__, [&] {
+    const a4w4_context_t& context = checked_context(ctx);
+    if (choice == nullptr) fail(A4W4_ERROR_INVALID_ARGUMENT, "choice: must not be NULL");
+    if (choice->struct_size < sizeof(a4w4_gemm_choice))
       fail(A4W4_ERROR_INVALID_ARGUMENT,
-           "options.split_k: expected 0 (automatic) or 1..{} (the number of 32-wide K blocks), "
-           "got {}",
-           blocks, opts.split_k);
-    if (opts.math_mode != A4W4_MATH_EXACT && opts.math_mode != A4W4_MATH_FAST_ACCUM)
-      fail(A4W4_ERROR_INVALID_ARGUMENT, "options.math_mode: {} is not an a4w4_math_mode value",
-           static_cast<int>(opts.math_mode));
+           "choice: struct_size is {}, expected {} (sizeof(a4w4_gemm_choice))", choice->struct_size,
+           sizeof(a4w4_gemm_choice));
+    const GemmCall call =
+        check_gemm_call(context, a, a_scale, b, b_scale, c, bias, d, options, nullptr);
+    const GemmChoice chosen = choose(context, call);
+    a4w4_gemm_choice out{};
+    out.struct_size = sizeof(a4w4_gemm_choice);
+    out.kernel = chosen.kernel->name;
+    out.split_k = chosen.split_k;
+    out.source = chosen.source;
+    out.tuned_m = chosen.tuned_m;
+    out.tuned_line = chosen.tuned_line;
+    *choice = out;
+  });
+}
 
-    const a4w4_backend backend = resolve_backend(context, common_device(operands));
-    check_pointers(operands);
-    for (const MatrixView* view : operands) {
-      if (view != &dv && !(view == &cv && c_is_d)) expect_disjoint(dv, *view);
-    }
-
-    const GemmProblem problem{
-        m,
-        n,
-        k,
-        packed(av, asv),
-        packed(bv, bsv),
-        FloatOperand{c ? cv.data : nullptr, cv.dtype, cv.row_stride},
-        FloatOperand{bias ? biasv.data : nullptr, biasv.dtype, biasv.row_stride},
-        dv.data,
-        dv.dtype,
-        dv.row_stride,
-        opts.alpha,
-        opts.beta,
-        opts.split_k,
-        opts.math_mode,
-        dv.device,
-        stream,
-    };
-    const std::string_view kernel_name = opts.kernel != nullptr ? opts.kernel : "";
-    const GemmKernel& kernel = select_gemm_kernel(problem, backend, kernel_name);
-    kernel.run(problem, exec_config(context));
+a4w4_status a4w4_kernel_applicable(a4w4_context ctx, const char* name, const a4w4_tensor* a,
+                                   const a4w4_tensor* a_scale, const a4w4_tensor* b,
+                                   const a4w4_tensor* b_scale, const a4w4_tensor* c,
+                                   const a4w4_tensor* bias, const a4w4_tensor* d,
+                                   const a4w4_gemm_options* options) {
+  using namespace a4w4;
+  return guarded(__func__, [&] {
+    const a4w4_context_t& context = checked_context(ctx);
+    if (name == nullptr || *name == '\0')
+      fail(A4W4_ERROR_INVALID_ARGUMENT, "name: must be a kernel name (a4w4_kernel_info)");
+    GemmCall call = check_gemm_call(context, a, a_scale, b, b_scale, c, bias, d, options, nullptr);
+    call.kernel = name;
+    choose(context, call);  // fails with the reason when the kernel cannot run it
   });
 }
 

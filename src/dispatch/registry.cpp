@@ -10,68 +10,147 @@
 namespace a4w4 {
 namespace {
 
-std::string always_applicable(const GemmProblem&) { return {}; }
+std::string always_applicable(const GemmProblem&) {
+  return {};
+}
 
-// In order of preference: dispatch takes the first one that applies. The fast CPU kernels come
-// before cpu.reference (the oracle, still selectable by name; docs/cpu-backend.md says how they
-// compare with it).
+// The CPU kernels have no fixed tile and take any split_k (partitions are summed in order, so
+// split-K sets the order of the sums, not the parallelism). `speed` keeps them in the order of
+// preference: the GEMV path, then the blocked kernels by ISA, then cpu.reference (the oracle,
+// still selectable by name; docs/cpu-backend.md says how they compare with it).
+// The CUDA entries restate limits that the kernels' own why_not checks too (src/backends/cuda):
+// cuda.decode's M <= 64 (kDecodeMaxM) and split_k <= 8 (one thread-block cluster). A new kernel
+// family is one entry here; the heuristic ranks it from these fields, without naming it.
 constexpr std::array kGemmKernels = {
-    GemmKernel{"cpu.gemv_avx512vnni", A4W4_BACKEND_CPU, cpu::gemv_avx512_vnni_why_not,
-               cpu::gemv_avx512_vnni},
-    GemmKernel{"cpu.gemm_avx512vnni", A4W4_BACKEND_CPU, cpu::gemm_avx512_vnni_why_not,
+    GemmKernel{"cpu.gemv_avx512vnni", A4W4_BACKEND_CPU, A4W4_KERNEL_PATH_CPU, 0, 0, 0, 0, false,
+               false, 1, 4, 16.0, "AVX-512 VNNI + VBMI CPU; plain B (streamed once)",
+               cpu::gemv_avx512_vnni_why_not, cpu::gemv_avx512_vnni},
+    GemmKernel{"cpu.gemm_avx512vnni", A4W4_BACKEND_CPU, A4W4_KERNEL_PATH_CPU, 0, 0, 0, 0, false,
+               false, 1, 0, 8.0, "AVX-512 VNNI CPU", cpu::gemm_avx512_vnni_why_not,
                cpu::gemm_avx512_vnni},
-    GemmKernel{"cpu.gemm_avx2", A4W4_BACKEND_CPU, cpu::gemm_avx2_why_not, cpu::gemm_avx2},
-    GemmKernel{"cpu.gemm_scalar", A4W4_BACKEND_CPU, always_applicable, cpu::gemm_scalar},
-    GemmKernel{"cpu.reference", A4W4_BACKEND_CPU, always_applicable, cpu::reference_gemm},
+    GemmKernel{"cpu.gemm_avx2", A4W4_BACKEND_CPU, A4W4_KERNEL_PATH_CPU, 0, 0, 0, 0, false, false, 1,
+               0, 4.0, "AVX2 + FMA CPU", cpu::gemm_avx2_why_not, cpu::gemm_avx2},
+    GemmKernel{"cpu.gemm_scalar", A4W4_BACKEND_CPU, A4W4_KERNEL_PATH_CPU, 0, 0, 0, 0, false, false,
+               1, 0, 2.0, "none", always_applicable, cpu::gemm_scalar},
+    GemmKernel{"cpu.reference", A4W4_BACKEND_CPU, A4W4_KERNEL_PATH_CPU, 0, 0, 0, 0, false, false, 1,
+               0, 1.0, "none (the exact reference, the oracle of the tests and the tuner)",
+               always_applicable, cpu::reference_gemm},
 #if A4W4_WITH_CUDA
-    GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, cuda::gemm_decode_why_not, cuda::gemm_decode},
-    GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, cuda::gemm_generic_why_not, cuda::gemm_generic},
+    GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
+               1, 64, 4.0,
+               "sm_90; prepared B 16-byte aligned, or plain B with 16-byte aligned rows, "
+               "K % 128 == 0 and 4-byte aligned scale rows",
+               cuda::gemm_decode_why_not, cuda::gemm_decode},
+    GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_GENERIC, 64, 64, 32, 0, false,
+               false, 1, 0, 1.0, "sm_80 or newer; M up to 65535 * 64", cuda::gemm_generic_why_not,
+               cuda::gemm_generic},
 #endif
 };
 
 }  // namespace
 
-std::span<const GemmKernel> gemm_kernels() { return kGemmKernels; }
+std::span<const GemmKernel> gemm_kernels() {
+  return kGemmKernels;
+}
 
-const GemmKernel& select_gemm_kernel(const GemmProblem& problem, a4w4_backend backend,
-                                     std::string_view requested_name) {
-  if (!requested_name.empty()) {
-    for (const GemmKernel& kernel : kGemmKernels) {
-      if (kernel.name != requested_name) continue;
-      if (kernel.backend != backend)
-        fail(A4W4_ERROR_KERNEL_NOT_APPLICABLE,
-             "kernel: '{}' is a {} kernel, but the operands are on the {} backend", kernel.name,
-             a4w4_backend_name(kernel.backend), a4w4_backend_name(backend));
-      const std::string reason = kernel.why_not(problem);
-      if (!reason.empty())
-        fail(A4W4_ERROR_KERNEL_NOT_APPLICABLE, "kernel: '{}' cannot run M={} N={} K={}: {}",
-             kernel.name, problem.m, problem.n, problem.k, reason);
-      return kernel;
-    }
-    fail(A4W4_ERROR_KERNEL_NOT_FOUND,
-         "kernel: no kernel named '{}' is registered (a4w4 kernels lists them)", requested_name);
-  }
-  for (const GemmKernel& kernel : kGemmKernels) {
-    if (kernel.backend == backend && kernel.why_not(problem).empty()) return kernel;
-  }
-  fail(A4W4_ERROR_KERNEL_NOT_APPLICABLE, "no {} kernel in this build can run M={} N={} K={}",
-       a4w4_backend_name(backend), problem.m, problem.n, problem.k);
+const GemmKernel* find_gemm_kernel(std::string_view name) {
+  for (const GemmKernel& kernel : kGemmKernels)
+    if (kernel.name == name) return &kernel;
+  return nullptr;
+}
+
+std::string kernel_why_not(const GemmKernel& kernel, const GemmProblem& problem,
+                           a4w4_backend backend) {
+  if (kernel.backend != backend)
+    return fmt::format("it is a {} kernel, but the operands are on the {} backend",
+                       a4w4_backend_name(kernel.backend), a4w4_backend_name(backend));
+  if (problem.m < kernel.min_m)
+    return fmt::format("M = {} is below its minimum of {}", problem.m, kernel.min_m);
+  if (kernel.max_m > 0 && problem.m > kernel.max_m)
+    return fmt::format("M = {} is above its maximum of {}", problem.m, kernel.max_m);
+  if (kernel.max_split_k > 0 && problem.split_k > kernel.max_split_k)
+    return fmt::format("split_k = {} is above its maximum of {}", problem.split_k,
+                       kernel.max_split_k);
+  return kernel.why_not(problem);
 }
 
 }  // namespace a4w4
 
 extern "C" {
 
-int a4w4_kernel_count(void) { return static_cast<int>(a4w4::gemm_kernels().size()); }
+int a4w4_kernel_count(void) {
+  return static_cast<int>(a4w4::gemm_kernels().size());
+}
+
+namespace {
+const a4w4::GemmKernel& kernel_at(int index) {
+  const auto kernels = a4w4::gemm_kernels();
+  if (index < 0 || static_cast<size_t>(index) >= kernels.size())
+    a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "index: expected 0 <= index < {}, got {}",
+               kernels.size(), index);
+  return kernels[static_cast<size_t>(index)];
+}
+}  // namespace
 
 a4w4_status a4w4_kernel_info(int index, const char** name, a4w4_backend* backend) {
   return a4w4::guarded(__func__, [&] {
-    const auto kernels = a4w4::gemm_kernels();
-    if (index < 0 || static_cast<size_t>(index) >= kernels.size())
-      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "index: expected 0 <= index < {}, got {}",
-                 kernels.size(), index);
-    if (name != nullptr) *name = kernels[index].name;
-    if (backend != nullptr) *backend = kernels[index].backend;
+    const a4w4::GemmKernel& kernel = kernel_at(index);
+    if (name != nullptr) *name = kernel.name;
+    if (backend != nullptr) *backend = kernel.backend;
+  });
+}
+
+const char* a4w4_kernel_path_name(a4w4_kernel_path path) {
+  switch (path) {
+    case A4W4_KERNEL_PATH_CPU:
+      return "cpu";
+    case A4W4_KERNEL_PATH_DECODE:
+      return "decode";
+    case A4W4_KERNEL_PATH_BF16:
+      return "bf16";
+    case A4W4_KERNEL_PATH_FP8:
+      return "fp8";
+    case A4W4_KERNEL_PATH_GENERIC:
+      return "generic";
+  }
+  return "invalid";
+}
+
+a4w4_status a4w4_kernel_describe(int index, a4w4_kernel_properties* properties) {
+  return a4w4::guarded(__func__, [&] {
+    if (properties == nullptr)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "properties: must not be NULL");
+    if (properties->struct_size < sizeof(a4w4_kernel_properties))
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT,
+                 "properties: struct_size is {}, expected {} (sizeof(a4w4_kernel_properties))",
+                 properties->struct_size, sizeof(a4w4_kernel_properties));
+    const a4w4::GemmKernel& kernel = kernel_at(index);
+    a4w4_kernel_properties out{};
+    out.struct_size = sizeof(a4w4_kernel_properties);
+    out.name = kernel.name;
+    out.backend = kernel.backend;
+    out.path = kernel.path;
+    out.tile_m = kernel.tile_m;
+    out.tile_n = kernel.tile_n;
+    out.tile_k = kernel.tile_k;
+    out.max_split_k = kernel.max_split_k;
+    out.split_k_parallel = kernel.split_k_parallel ? 1 : 0;
+    out.auto_split_k = kernel.auto_split_k ? 1 : 0;
+    out.min_m = kernel.min_m;
+    out.max_m = kernel.max_m;
+    out.constraints = kernel.constraints;
+    *properties = out;
+  });
+}
+
+a4w4_status a4w4_kernel_find(const char* name, int* index) {
+  return a4w4::guarded(__func__, [&] {
+    if (name == nullptr || index == nullptr)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "name and index must not be NULL");
+    const a4w4::GemmKernel* kernel = a4w4::find_gemm_kernel(name);
+    if (kernel == nullptr)
+      a4w4::fail(A4W4_ERROR_KERNEL_NOT_FOUND, "name: no kernel named '{}' is registered", name);
+    *index = static_cast<int>(kernel - a4w4::gemm_kernels().data());
   });
 }
 

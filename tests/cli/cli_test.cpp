@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "npy.h"
@@ -160,7 +161,84 @@ TEST_F(CliTest, VersionAndKernels) {
   EXPECT_EQ(result.out.rfind("a4w4 0.", 0), 0u) << result.out;
   result = run("kernels");
   EXPECT_EQ(result.exit_code, 0);
-  EXPECT_NE(result.out.find("cpu.reference cpu\n"), std::string::npos) << result.out;
+  for (const char* text : {"name", "backend", "path", "tile MxNxK", "split-k", "constraints",
+                           "cpu.reference ", "cpu.gemv_avx512vnni ", "1..4 "})
+    EXPECT_NE(result.out.find(text), std::string::npos) << text << " missing from:\n" << result.out;
+}
+
+TEST_F(CliTest, KernelsSaysWhichApplyAndWhichIsChosen) {
+  const Outcome result = run("kernels -m 5 -n 64 -k 256");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("M=5 N=64 K=256 on cpu"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("cpu.reference          applies"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("cpu.gemv_avx512vnni    no: "), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("chosen: "), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("(heuristic)"), std::string::npos) << result.out;
+  expect_failure("kernels -m 5 -n 64 -k 100", "-k");
+}
+
+std::string cpu_tuning_key() {
+  return "cpu," + std::to_string(std::thread::hardware_concurrency());
+}
+
+const char* kTunedHeader = "device,sm_count,M,N,K,kernel,split_k,us,tflops\n";
+
+TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
+  write_raw("shapes.txt", "# two shapes\n1 64 256 tiny\n8x96x512 small\n");
+  Outcome result =
+      run("tune --shapes shapes.txt --out tuned.csv --samples 2 --batch-ms 0.2 "
+          "--threads 2");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.err.find("[1/2] 1x64x256 tiny"), std::string::npos) << result.err;
+  EXPECT_NE(result.out.find("wrote 2 entries"), std::string::npos) << result.out;
+  std::istringstream csv(slurp(path("tuned.csv")));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << slurp(path("tuned.csv"));
+  EXPECT_EQ(lines[0].rfind("# a4w4 tune: cpu backend", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1].rfind(std::string(kTunedHeader, std::strlen(kTunedHeader) - 1) + ",", 0), 0u)
+      << lines[1];
+  EXPECT_EQ(lines[2].rfind(cpu_tuning_key() + ",1,64,256,cpu.", 0), 0u) << lines[2];
+  EXPECT_EQ(lines[3].rfind(cpu_tuning_key() + ",8,96,512,cpu.", 0), 0u) << lines[3];
+  EXPECT_EQ(files(), (std::set<std::string>{"shapes.txt", "tuned.csv"}));
+
+  result = run("config check tuned.csv");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("tuned.csv: 2 entries, valid"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("this machine: 2 entries"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("0 warning(s)"), std::string::npos) << result.out;
+
+  result = run("kernels -m 1 -n 64 -k 256 --tuned tuned.csv");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("(tuned: entry at M=1, line 3)"), std::string::npos) << result.out;
+  result = run("kernels -m 3 -n 96 -k 512 --tuned tuned.csv");  // the bucket above M = 3
+  EXPECT_NE(result.out.find("(tuned: entry at M=8, line 4)"), std::string::npos) << result.out;
+
+  result =
+      run("bench --backend cpu --shapes shapes.txt --samples 3 --tuned tuned.csv "
+          "--compare-heuristic");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("heuristic"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("tuned"), std::string::npos) << result.out;
+
+  expect_failure("tune --shapes no-such-thing --out t.csv", "neither a file nor a preset");
+}
+
+TEST_F(CliTest, ConfigCheckReportsMalformedStaleAndForeignEntries) {
+  write_raw("bad.csv",
+            std::string(kTunedHeader) + cpu_tuning_key() + ",1,64,256,cpu.reference,0,1\n");
+  expect_failure("config check bad.csv", "bad.csv:2: 8 fields, but the header has 9 columns");
+  write_raw("stale.csv", std::string(kTunedHeader) + cpu_tuning_key() +
+                             ",1,64,256,cpu.gone,0,1,1\n"
+                             "NVIDIA H200,132,1,8192,8192,cuda.decode,0,9.5,14\n");
+  const Outcome result = run("config check stale.csv");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("warning: stale.csv:2: kernel 'cpu.gone' is not registered"),
+            std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("NVIDIA H200 (132 SMs): 1 entries"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("this machine: 1 entries"), std::string::npos) << result.out;
+  expect_failure("config check --strict stale.csv", "1 warning(s)");
 }
 
 TEST_F(CliTest, QuantizeDequantizeRoundTripIsExactOnTheGrid) {

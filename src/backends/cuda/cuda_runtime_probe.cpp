@@ -103,11 +103,28 @@ std::string describe_device(int ordinal) {
                      static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
 }
 
+const DeviceIdentity& device_identity(int ordinal) {
+  constexpr int kMaxDevices = 64;
+  static std::array<DeviceIdentity, kMaxDevices> identities{};
+  static std::array<std::once_flag, kMaxDevices> once;
+  if (ordinal < 0 || ordinal >= std::min(device_count(), kMaxDevices))
+    fail(A4W4_ERROR_NO_DEVICE, "CUDA device {} requested, {} present", ordinal, device_count());
+  std::call_once(once[ordinal], [&] {
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+    identities[ordinal] = DeviceIdentity{prop.name, prop.multiProcessorCount};
+  });
+  return identities[ordinal];
+}
+
 #else
 
 bool compiled() { return false; }
 int device_count() { return 0; }
 std::string describe_device(int) {
+  fail(A4W4_ERROR_BACKEND_NOT_COMPILED, "device: this build of a4w4 has no CUDA backend");
+}
+const DeviceIdentity& device_identity(int) {
   fail(A4W4_ERROR_BACKEND_NOT_COMPILED, "device: this build of a4w4 has no CUDA backend");
 }
 

@@ -1,0 +1,361 @@
+// The kernel chooser and tuned configurations, white-box: the CSV parser's acceptance and its
+// file:line errors, the table's treatment of stale, duplicate and foreign-device entries, the
+// lookup order (exact M, next larger M, heuristic), precedence of explicit options, and the
+// heuristic's data-driven ranking and split-K on synthetic kernel lists.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "api/error.h"
+#include "backends/cpu/cpu_features.h"
+#include "dispatch/chooser.h"
+#include "dispatch/registry.h"
+#include "dispatch/tuned_config.h"
+#include "dispatch/tuned_csv.h"
+
+namespace {
+
+using a4w4::DeviceKey;
+using a4w4::GemmChoice;
+using a4w4::GemmKernel;
+using a4w4::GemmProblem;
+using a4w4::TunedTable;
+namespace tuned = a4w4::tuned;
+
+const std::string kHeader = "device,sm_count,M,N,K,kernel,split_k,us,tflops\n";
+
+GemmProblem problem(int64_t m, int64_t n, int64_t k, int split_k = 0,
+                    a4w4_device device = a4w4_cpu()) {
+  GemmProblem p{};
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a.layout = p.b.layout = A4W4_LAYOUT_PLAIN;
+  p.d_dtype = A4W4_DTYPE_F32;
+  p.alpha = 1;
+  p.split_k = split_k;
+  p.device = device;
+  return p;
+}
+
+std::string config_error(const std::string& text) {
+  try {
+    tuned::parse_csv(text, "t.csv");
+  } catch (const tuned::ConfigError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+// ---- The CSV format ---------------------------------------------------------------------------
+
+TEST(TunedCsv, AcceptsCommentsExtraColumnsQuotesCrlfAndBom) {
+  const std::string text =
+      "\xEF\xBB\xBF# tuned on a test machine\r\n"
+      "device,sm_count,M,N,K,kernel,split_k,us,tflops,label,note\r\n"
+      "\r\n"
+      "\"NVIDIA H200, \"\"x\"\"\",132,16,8192,8192,cuda.decode,0,12.5,1.5e1,qkv,-\r\n"
+      " cpu , 8 ,1,64,256,cpu.reference,3,0,0,,\n"
+      "# the end";
+  const std::vector<tuned::Row> rows = tuned::parse_csv(text, "t.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].device, "NVIDIA H200, \"x\"");
+  EXPECT_EQ(rows[0].line, 4);
+  EXPECT_EQ(rows[0].sm_count, 132);
+  EXPECT_EQ(rows[0].m, 16);
+  EXPECT_EQ(rows[0].kernel, "cuda.decode");
+  EXPECT_EQ(rows[0].us, 12.5);
+  EXPECT_EQ(rows[0].tflops, 15.0);
+  EXPECT_EQ(rows[1].device, "cpu");
+  EXPECT_EQ(rows[1].split_k, 3);
+  // What format_row writes reads back as the same row.
+  for (const tuned::Row& row : rows) {
+    const std::vector<tuned::Row> again =
+        tuned::parse_csv(kHeader + tuned::format_row(row) + "\n", "again");
+    ASSERT_EQ(again.size(), 1u);
+    tuned::Row expected = row;
+    expected.line = 2;
+    EXPECT_EQ(again[0], expected);
+  }
+  EXPECT_TRUE(tuned::parse_csv(kHeader, "empty.csv").empty());
+}
+
+TEST(TunedCsv, MalformedFilesNameFileAndLine) {
+  const std::string row = "cpu,8,1,64,256,cpu.reference,0,1,1\n";
+  const struct {
+    std::string text, message;
+  } cases[] = {
+      {"", "t.csv: no header line"},
+      {"# only a comment\n", "t.csv: no header line"},
+      {"device,sm,M,N,K,kernel,split_k,us,tflops\n", "t.csv:1: the header must start with"},
+      {"M,N,K\n", "t.csv:1: the header must start with"},
+      {kHeader + "cpu,8,1,64,256,cpu.reference,0,1\n", "t.csv:2: 8 fields, but the header has 9"},
+      {kHeader + "\n" + row + "cpu,8,1,64,256,cpu.reference,0,1,1,x\n", "t.csv:4: 10 fields"},
+      {kHeader + "cpu,x8,1,64,256,cpu.reference,0,1,1\n", "t.csv:2: sm_count: 'x8' is not an"},
+      {kHeader + "cpu,0,1,64,256,cpu.reference,0,1,1\n", "t.csv:2: sm_count: 0 is outside"},
+      {kHeader + "cpu,8,-1,64,256,cpu.reference,0,1,1\n", "t.csv:2: M: -1 is outside"},
+      {kHeader + "cpu,8,1,64,16,cpu.reference,0,1,1\n", "t.csv:2: K: 16 is outside"},
+      {kHeader + "cpu,8,1,64,250,cpu.reference,0,1,1\n", "t.csv:2: K: 250 is not a multiple"},
+      {kHeader + "cpu,8,1,64,256,cpu.reference,9,1,1\n", "t.csv:2: split_k: 9 is outside [0, 8]"},
+      {kHeader + "cpu,8,1,64,256,cpu ref,0,1,1\n", "t.csv:2: kernel: 'cpu ref' is not a kernel"},
+      {kHeader + "cpu,8,1,64,256,,0,1,1\n", "t.csv:2: kernel: '' is not a kernel"},
+      {kHeader + "cpu,8,1,64,256,cpu.reference,0,-1,1\n", "t.csv:2: us: '-1' must be finite"},
+      {kHeader + "cpu,8,1,64,256,cpu.reference,0,nan,1\n", "t.csv:2: us: 'nan' must be finite"},
+      {kHeader + "cpu,8,1,64,256,cpu.reference,0,1,1e999\n", "t.csv:2: tflops: '1e999'"},
+      {kHeader + ",8,1,64,256,cpu.reference,0,1,1\n", "t.csv:2: device: '' is not a device"},
+      {kHeader + "\"cpu,8,1,64,256,cpu.reference,0,1,1\n", "t.csv:2: a quoted field is not"},
+      {kHeader + "\"cpu\"x,8,1,64,256,cpu.reference,0,1,1\n", "t.csv:2: unexpected text after"},
+      {kHeader + "c\"pu,8,1,64,256,cpu.reference,0,1,1\n", "t.csv:2: a quote inside"},
+      {kHeader + "cpu" + std::string(1, '\0') + ",8,1,64,256,cpu.reference,0,1,1\n",
+       "t.csv:2: a NUL"},
+  };
+  for (const auto& c : cases) {
+    const std::string message = config_error(c.text);
+    EXPECT_EQ(message.rfind(c.message, 0), 0u) << "text:\n" << c.text << "\ngot: " << message;
+  }
+}
+
+// ---- The table: stale, duplicate and foreign entries; lookup order -----------------------------
+
+const std::vector<DeviceKey> kDevices = {{"cpu", 8}, {"Test GPU", 132}};
+
+std::string table_error(const std::string& text) {
+  try {
+    TunedTable table(text, "t.csv", kDevices);
+  } catch (const a4w4::ApiError& e) {
+    EXPECT_EQ(e.status(), A4W4_ERROR_CONFIG);
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(TunedTable, MalformedFilesFailWithTheConfigCode) {
+  EXPECT_EQ(
+      table_error(kHeader + "cpu,8,1,64,256,cpu.reference,0,1\n").rfind("t.csv:2: 8 fields", 0),
+      0u);
+}
+
+TEST(TunedTable, StaleForeignAndDuplicateEntries) {
+  const TunedTable table(kHeader +
+                             "cpu,8,4,64,256,cpu.no_such_kernel,0,1,1\n"    // 2: unknown
+                             "Test GPU,132,4,64,256,cpu.reference,0,1,1\n"  // 3: wrong backend
+                             "cpu,8,8,64,256,cpu.gemv_avx512vnni,0,1,1\n"   // 4: M above 4
+                             "cpu,16,4,64,256,cpu.no_such_kernel,0,1,1\n"   // 5: foreign
+                             "Other GPU,132,4,64,256,cuda.decode,0,1,1\n"   // 6: foreign
+                             "cpu,8,16,64,256,cpu.reference,2,9,1\n"        // 7
+                             "cpu,8,16,64,256,cpu.gemm_scalar,0,5,1\n"      // 8: faster dup
+                             "cpu,8,16,64,256,cpu.gemm_avx2,0,7,1\n",       // 9: slower dup
+                         "t.csv", kDevices);
+  EXPECT_EQ(table.entry_count(), 4);
+  EXPECT_EQ(table.foreign_count(), 2);
+  const std::vector<std::string> warnings = table.warnings();
+  ASSERT_EQ(warnings.size(), 5u);
+  EXPECT_EQ(warnings[0].rfind("t.csv:2: kernel 'cpu.no_such_kernel' is not registered", 0), 0u)
+      << warnings[0];
+  EXPECT_EQ(warnings[1].rfind("t.csv:3: kernel 'cpu.reference' is a cpu kernel", 0), 0u)
+      << warnings[1];
+  EXPECT_EQ(warnings[2].rfind("t.csv:4: kernel 'cpu.gemv_avx512vnni' does not take M = 8", 0), 0u)
+      << warnings[2];
+  EXPECT_EQ(warnings[3].rfind("t.csv:8: duplicate entry", 0), 0u) << warnings[3];
+  EXPECT_NE(warnings[3].find("line 8 is used"), std::string::npos) << warnings[3];
+  EXPECT_NE(warnings[4].find("line 8 is used"), std::string::npos) << warnings[4];
+
+  const a4w4::TunedEntry* kept = table.lookup({"cpu", 8}, 16, 64, 256);
+  ASSERT_NE(kept, nullptr);
+  EXPECT_EQ(kept->line, 8);
+  EXPECT_STREQ(kept->kernel->name, "cpu.gemm_scalar");
+  const a4w4::TunedEntry* stale = table.lookup({"cpu", 8}, 4, 64, 256);
+  ASSERT_NE(stale, nullptr);
+  EXPECT_EQ(stale->kernel, nullptr);
+  EXPECT_EQ(table.lookup({"cpu", 16}, 4, 64, 256), nullptr);  // foreign: not loaded
+}
+
+TEST(TunedTable, LookupTakesExactMThenTheNextLargerBucket) {
+  const TunedTable table(kHeader +
+                             "cpu,8,1,64,256,cpu.reference,1,1,1\n"
+                             "cpu,8,16,64,256,cpu.reference,2,1,1\n"
+                             "cpu,8,64,64,256,cpu.reference,4,1,1\n"
+                             "cpu,8,2,64,512,cpu.reference,8,1,1\n",
+                         "t.csv", kDevices);
+  const auto split_at = [&](int64_t m, int64_t k) {
+    const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, 64, k);
+    return entry == nullptr ? -1 : entry->split_k;
+  };
+  EXPECT_EQ(split_at(1, 256), 1);
+  EXPECT_EQ(split_at(2, 256), 2);
+  EXPECT_EQ(split_at(16, 256), 2);
+  EXPECT_EQ(split_at(17, 256), 4);
+  EXPECT_EQ(split_at(64, 256), 4);
+  EXPECT_EQ(split_at(65, 256), -1);  // beyond the last bucket: the heuristic
+  EXPECT_EQ(split_at(1, 512), 8);
+  EXPECT_EQ(table.lookup({"cpu", 8}, 1, 65, 256), nullptr);  // another N
+  EXPECT_EQ(table.lookup({"Test GPU", 132}, 1, 64, 256), nullptr);
+}
+
+// ---- The chooser with the real CPU kernels and a tuned table ----------------------------------
+
+GemmChoice choose(const GemmProblem& p, const TunedTable* table, std::string_view kernel = "") {
+  return a4w4::choose_gemm_kernel(p, A4W4_BACKEND_CPU, kernel, table, {"cpu", 8}, 0,
+                                  a4w4::gemm_kernels());
+}
+
+TEST(Chooser, TunedEntriesAndExplicitOptions) {
+  const TunedTable table(kHeader +
+                             "cpu,8,8,64,256,cpu.reference,3,1,1\n"
+                             "cpu,8,32,64,256,cpu.gemm_scalar,0,1,1\n",
+                         "t.csv", kDevices);
+  const GemmChoice heuristic = choose(problem(8, 64, 256), nullptr);
+  EXPECT_EQ(heuristic.source, A4W4_CHOICE_HEURISTIC);
+  EXPECT_EQ(heuristic.split_k, 0);  // the CPU kernels never split on their own
+
+  GemmChoice c = choose(problem(8, 64, 256), &table);
+  EXPECT_EQ(c.source, A4W4_CHOICE_TUNED);
+  EXPECT_STREQ(c.kernel->name, "cpu.reference");
+  EXPECT_EQ(c.split_k, 3);
+  EXPECT_EQ(c.tuned_m, 8);
+  EXPECT_EQ(c.tuned_line, 2);
+  c = choose(problem(5, 64, 256), &table);  // the bucket above
+  EXPECT_EQ(c.tuned_m, 8);
+  EXPECT_EQ(c.split_k, 3);
+  c = choose(problem(9, 64, 256), &table);
+  EXPECT_STREQ(c.kernel->name, "cpu.gemm_scalar");
+  c = choose(problem(33, 64, 256), &table);  // beyond the buckets
+  EXPECT_EQ(c.source, A4W4_CHOICE_HEURISTIC);
+  EXPECT_STREQ(c.kernel->name, heuristic.kernel->name);
+
+  // The caller's split_k wins over the entry's; the entry's kernel stays.
+  c = choose(problem(8, 64, 256, 2), &table);
+  EXPECT_EQ(c.source, A4W4_CHOICE_TUNED);
+  EXPECT_STREQ(c.kernel->name, "cpu.reference");
+  EXPECT_EQ(c.split_k, 2);
+  // The caller's kernel wins; it takes the entry's split only when the entry names it.
+  c = choose(problem(8, 64, 256), &table, "cpu.gemm_scalar");
+  EXPECT_EQ(c.source, A4W4_CHOICE_EXPLICIT);
+  EXPECT_STREQ(c.kernel->name, "cpu.gemm_scalar");
+  EXPECT_EQ(c.split_k, 0);
+  c = choose(problem(8, 64, 256), &table, "cpu.reference");
+  EXPECT_EQ(c.split_k, 3);
+  c = choose(problem(8, 64, 256, 5), &table, "cpu.reference");
+  EXPECT_EQ(c.split_k, 5);
+
+  // Unknown and inapplicable names are refused with their own codes, tuned table or not.
+  for (const TunedTable* t : {static_cast<const TunedTable*>(nullptr), &table}) {
+    try {
+      choose(problem(8, 64, 256), t, "cpu.nope");
+      ADD_FAILURE() << "accepted";
+    } catch (const a4w4::ApiError& e) {
+      EXPECT_EQ(e.status(), A4W4_ERROR_KERNEL_NOT_FOUND);
+      EXPECT_NE(std::string(e.what()).find("'cpu.nope'"), std::string::npos) << e.what();
+    }
+    try {
+      choose(problem(5, 64, 256), t, "cpu.gemv_avx512vnni");
+      ADD_FAILURE() << "accepted";
+    } catch (const a4w4::ApiError& e) {
+      EXPECT_EQ(e.status(), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+      EXPECT_NE(std::string(e.what()).find("M = 5"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Chooser, AnEntryThatDoesNotApplyIsWarnedOnceAndTheHeuristicServes) {
+  if (!a4w4::cpu::isa_supported(a4w4::cpu::Isa::kAvx512Vnni))
+    GTEST_SKIP() << "needs a CPU where cpu.gemv_avx512vnni exists";
+  const TunedTable table(kHeader + "cpu,8,4,64,256,cpu.gemv_avx512vnni,0,1,1\n", "t.csv", kDevices);
+  EXPECT_TRUE(table.warnings().empty());
+  GemmProblem prepared = problem(4, 64, 256);
+  prepared.b.layout = A4W4_LAYOUT_PREPARED_V1;  // the GEMV path takes plain B only
+  for (int i = 0; i < 3; ++i) {
+    const GemmChoice c = choose(prepared, &table);
+    EXPECT_EQ(c.source, A4W4_CHOICE_HEURISTIC);
+    EXPECT_STRNE(c.kernel->name, "cpu.gemv_avx512vnni");
+  }
+  const std::vector<std::string> warnings = table.warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rfind("t.csv:2: kernel 'cpu.gemv_avx512vnni'", 0), 0u) << warnings[0];
+  EXPECT_NE(warnings[0].find("prepared"), std::string::npos) << warnings[0];
+  EXPECT_EQ(choose(problem(4, 64, 256), &table).source, A4W4_CHOICE_TUNED);  // plain B: fine
+}
+
+// ---- The heuristic on synthetic kernels -------------------------------------------------------
+
+std::string applies(const GemmProblem&) {
+  return {};
+}
+void no_run(const GemmProblem&, const a4w4::ExecConfig&) {}
+
+// A decode-like, a wgmma-like and a generic family, as metadata only.
+constexpr GemmKernel kFamilies[] = {
+    {"t.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true, 1, 64, 4.0,
+     "", applies, no_run},
+    {"t.fp8", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 16, true, false, 1, 0, 8.0,
+     "", applies, no_run},
+    {"t.generic", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_GENERIC, 64, 64, 32, 0, false, false, 1, 0,
+     1.0, "", applies, no_run},
+};
+
+GemmChoice pick(int64_t m, int64_t n, int64_t k, int split = 0,
+                std::span<const GemmKernel> kernels = kFamilies) {
+  return a4w4::heuristic_choice(problem(m, n, k, split, a4w4_cuda(0)), A4W4_BACKEND_CUDA, kernels,
+                                132);
+}
+
+TEST(Heuristic, RanksFamiliesByMetadata) {
+  // Small M: the decode family (its tile wastes least); it sizes its own split.
+  for (int64_t m : {1, 8, 16, 64}) {
+    const GemmChoice c = pick(m, 8192, 8192);
+    EXPECT_STREQ(c.kernel->name, "t.decode") << m;
+    EXPECT_EQ(c.split_k, 0) << m;
+  }
+  // Large M: the fastest full-tile family.
+  EXPECT_STREQ(pick(4096, 8192, 8192).kernel->name, "t.fp8");
+  EXPECT_EQ(pick(4096, 8192, 8192).split_k, 0);  // 2048 tiles fill the SMs
+  // Without it, the generic fallback; a backend with no kernel is refused.
+  EXPECT_STREQ(pick(4096, 8192, 8192, 0, std::span(kFamilies).subspan(2)).kernel->name,
+               "t.generic");
+  try {
+    a4w4::heuristic_choice(problem(1, 64, 256), A4W4_BACKEND_CPU, kFamilies, 0);
+    ADD_FAILURE() << "accepted";
+  } catch (const a4w4::ApiError& e) {
+    EXPECT_EQ(e.status(), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  }
+}
+
+TEST(Heuristic, SplitsTallKSmallMnToFillAWave) {
+  const GemmKernel& fp8 = kFamilies[1];
+  // 1 x 2 tiles on 132 SMs, 256 K blocks: split up to the kernel's limit of 16.
+  EXPECT_EQ(a4w4::heuristic_split(fp8, problem(128, 256, 8192), 132), 16);
+  // 8 x 8 = 64 tiles: two partitions make 128 CTAs, one wave.
+  EXPECT_EQ(a4w4::heuristic_split(fp8, problem(1024, 1024, 8192), 132), 2);
+  // Short K: each partition keeps at least four K steps (16 blocks).
+  EXPECT_EQ(a4w4::heuristic_split(fp8, problem(128, 256, 1024), 132), 2);
+  EXPECT_EQ(a4w4::heuristic_split(fp8, problem(128, 256, 512), 132), 0);
+  // Enough tiles: no split. Serial-split kernels and self-splitting kernels: never.
+  EXPECT_EQ(a4w4::heuristic_split(fp8, problem(2048, 2048, 8192), 132), 0);
+  EXPECT_EQ(a4w4::heuristic_split(kFamilies[2], problem(64, 64, 65536), 132), 0);
+  EXPECT_EQ(a4w4::heuristic_split(kFamilies[0], problem(1, 64, 65536), 132), 0);
+  EXPECT_EQ(a4w4::heuristic_split(fp8, problem(128, 256, 8192), 0), 0);  // no SM count
+  // The chosen split is part of the choice; the caller's own split wins.
+  EXPECT_EQ(pick(128, 256, 8192).split_k, 16);
+  EXPECT_STREQ(pick(128, 256, 8192).kernel->name, "t.fp8");
+  EXPECT_EQ(pick(128, 256, 8192, 3).split_k, 3);
+  // A split above a kernel's limit rules it out rather than being clamped.
+  EXPECT_STREQ(pick(128, 256, 8192, 32).kernel->name, "t.generic");
+}
+
+TEST(Heuristic, CpuKeepsTheRegistryPreferenceOrder) {
+  std::vector<std::string> cpu_names;
+  for (const GemmKernel& kernel : a4w4::gemm_kernels())
+    if (kernel.backend == A4W4_BACKEND_CPU) cpu_names.push_back(kernel.name);
+  // With every CPU kernel applicable (M <= 4, plain B), the ranking follows registry order.
+  double previous = 1e300;
+  for (const GemmKernel& kernel : a4w4::gemm_kernels()) {
+    if (kernel.backend != A4W4_BACKEND_CPU) continue;
+    const double score = a4w4::heuristic_score(kernel, problem(1, 64, 256), 0, 0);
+    EXPECT_LT(score, previous) << kernel.name;
+    previous = score;
+  }
+  EXPECT_EQ(cpu_names.back(), "cpu.reference");
+}
+
+}  // namespace
