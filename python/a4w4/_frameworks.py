@@ -233,7 +233,7 @@ class JaxAdapter(Adapter):
 
     def export(self, x: Any, role: str, name: str) -> tuple[Any, int]:
         x.block_until_ready()
-        return x, _role_code(role)
+        return x.__dlpack__(), _role_code(role)
 
     def finish(self, result: Any, stream: int, like: Any) -> Any:
         import jax

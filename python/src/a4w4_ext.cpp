@@ -35,6 +35,8 @@ namespace {
 // Inputs may be read-only arrays; outputs must be writable.
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
+// What empty() returns: a nanobind array object speaking the DLPack protocol.
+using NewArray = nb::ndarray<nb::array_api>;
 
 constexpr int kDLCPU = 1;
 constexpr int kDLCUDA = 2;
@@ -332,7 +334,7 @@ void prepare_weight(const Context& ctx, const InArray& b, const InArray& b_scale
 
 // An owning, DLPack-capable array (for frameworks whose arrays cannot be written into, e.g.
 // JAX): host memory (64-byte aligned) or CUDA device memory.
-OutArray empty(const std::vector<size_t>& shape, uint8_t code, uint8_t bits, int device_type,
+NewArray empty(const std::vector<size_t>& shape, uint8_t code, uint8_t bits, int device_type,
                int device_id) {
   size_t count = 1;
   for (size_t s : shape) count *= s;
@@ -348,7 +350,7 @@ OutArray empty(const std::vector<size_t>& shape, uint8_t code, uint8_t bits, int
       raise_status(A4W4_ERROR_OUT_OF_MEMORY, "empty: could not allocate " +
                                                  std::to_string(bytes) + " bytes of host memory");
     nb::capsule owner(p, [](void* ptr) noexcept { std::free(ptr); });
-    return OutArray(p, shape.size(), shape.data(), owner, nullptr, dt, kDLCPU, 0);
+    return NewArray(p, shape.size(), shape.data(), owner, nullptr, dt, kDLCPU, 0);
   }
   if (device_type == kDLCUDA) {
 #if A4W4_PY_WITH_CUDA
@@ -362,7 +364,7 @@ OutArray empty(const std::vector<size_t>& shape, uint8_t code, uint8_t bits, int
       raise_status(err == cudaErrorMemoryAllocation ? A4W4_ERROR_OUT_OF_MEMORY : A4W4_ERROR_DEVICE,
                    std::string("empty: cudaMalloc failed: ") + cudaGetErrorName(err));
     nb::capsule owner(p, [](void* ptr) noexcept { cudaFree(ptr); });
-    return OutArray(p, shape.size(), shape.data(), owner, nullptr, dt, kDLCUDA, device_id);
+    return NewArray(p, shape.size(), shape.data(), owner, nullptr, dt, kDLCUDA, device_id);
 #else
     (void)device_id;
     raise_status(A4W4_ERROR_BACKEND_NOT_COMPILED,
