@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # The Python package's GPU tests on the GPU machine (pytest -m cuda: torch CUDA tensors, streams,
 # CUDA graphs, torch.compile; CuPy/JAX when installed there), then the whole Python suite, logs
-# under $OUT. That machine has torch and CUDA but no package registry, so nothing is pip-installed:
+# under $OUT. That machine has no package registry, so nothing is pip-installed there. As last seen it
+# has Python 3.12 with torch 2.11 (CUDA 13.0), numpy, pytest, ml_dtypes, nanobind, cupy and jax, plus
+# cmake, ninja, g++ and nvcc 13.0, so the plain way is to carry nothing and let the script build the
+# extension there (sm_90a, -j16, the library's objects included):
 #
-#   here:  scripts/device-python.sh --build      # build-pydev/: the extension (CUDA on, sm_90a)
-#                                                # for this Python, plus the pure-Python test
-#                                                # deps (pytest, ...) and nanobind's sources
+#   there: device run 'bash scripts/device-python.sh'
+#
+# Or build here and carry it (only useful when the Python versions match; the script checks and
+# rebuilds there otherwise, with the carried nanobind sources if that machine lacks nanobind):
+#
+#   here:  scripts/device-python.sh --build      # build-pydev/: extension (CUDA on, sm_90a) for
+#                                                # .venv's Python, pytest & co., nanobind sources
 #   there: device run --carry build-pydev/python build-pydev/pydeps build-pydev/runtime-libs \
 #            'bash scripts/device-python.sh'
 #
-# There the carried package is put on PYTHONPATH. If the device's Python is not the one the
-# extension was built for (another minor version), the extension is rebuilt there from the
-# carried nanobind sources (needs cmake, a C++ compiler, nvcc, the Python headers and the fmt
-# headers: .deps/*.deb as for scripts/device-run.sh, or the system's).
-# PYTHON picks the interpreter there (default: python3). Extra pytest args: PYTEST_ARGS.
+# Building there needs the fmt headers and CMake files: the system's, or .deps/*.deb as for
+# scripts/device-run.sh. PYTHON picks the interpreter (default: python3); PYTEST_ARGS adds
+# pytest arguments.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-pydev}
@@ -77,21 +82,24 @@ if [[ -f $BUILD/pydeps/abi/VERSION && $(cat "$BUILD/pydeps/abi/VERSION") == "$ve
 fi
 export PYTHONPATH="$pypath${PYTHONPATH:+:$PYTHONPATH}"
 
-if ! "$PY" -c 'import a4w4' >"$OUT/import.log" 2>&1; then
-  log "carried extension does not load with this Python ($ver); rebuilding it here"
+# The a4w4 to test: one from this tree (carried or built here), with the CUDA backend.
+usable="import a4w4; assert a4w4.__file__.startswith('$repo/'), a4w4.__file__; \
+assert a4w4._core.cuda_compiled, 'built without CUDA'"
+if ! "$PY" -c "$usable" >"$OUT/import.log" 2>&1; then
+  log "no carried extension loads with this Python ($ver); building it here"
   cat "$OUT/import.log" >>"$OUT/summary.txt"
   for f in .deps/*.deb; do [[ -e $f ]] && dpkg -x "$f" .deps/root; done
   nbdir=$("$PY" -c 'import nanobind; print(nanobind.cmake_dir())')
-  BUILD2=build-pydevice
+  BUILD2=${BUILD_THERE:-build-pydevice}
   cmake -S . -B "$BUILD2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DA4W4_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90a-real -DA4W4_BUILD_PYTHON=ON -DA4W4_BUILD_TESTS=OFF \
     -DA4W4_BUILD_TOOLS=OFF -DPython_EXECUTABLE="$(command -v "$PY")" -Dnanobind_DIR="$nbdir" \
     -DCMAKE_PREFIX_PATH="$repo/.deps/root/usr" -DCMAKE_CXX_FLAGS="-isystem $repo/.deps/root/usr/include" \
     >"$OUT/configure.log" 2>&1 &&
-    cmake --build "$BUILD2" -j16 --target _core >"$OUT/build.log" 2>&1 ||
+    cmake --build "$BUILD2" -j"${JOBS:-16}" --target _core >"$OUT/build.log" 2>&1 ||
     { log "device build failed"; tail -30 "$OUT/configure.log" "$OUT/build.log"; exit 1; }
   export PYTHONPATH="$repo/$BUILD2/python:$PYTHONPATH"
-  "$PY" -c 'import a4w4' 2>&1 | tee -a "$OUT/summary.txt"
+  "$PY" -c "$usable" 2>&1 | tee -a "$OUT/summary.txt"
 fi
 "$PY" -c 'import a4w4; print("a4w4", a4w4.__version__, a4w4.backends()["cuda"])' 2>&1 |
   tee -a "$OUT/summary.txt"
