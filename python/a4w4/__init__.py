@@ -202,6 +202,13 @@ def _rows_cols(x: Any, name: str) -> tuple[int, int]:
     return shape
 
 
+def _fp4_rows_k(x: Any, name: str) -> tuple[int, int]:
+    """Rows and logical K of a packed E2M1 operand: uint8 rows hold K/2 bytes; a DLPack
+    float4_e2m1fn array (a dtype named float4_e2m1fn, not torch's ..._x2) counts elements."""
+    rows, cols = _rows_cols(x, name)
+    return rows, cols if _fw.counts_fp4_elements(x) else 2 * cols
+
+
 def _out(adapter: _fw.Adapter, out: Any, dtype: int, name: str = "out") -> tuple[Any, int]:
     obj, code = _fw.export(out, _fw.FLOAT, name)
     return obj, (code or (dtype if adapter.name == "cupy" and dtype == _fw.BF16 else 0))
@@ -253,9 +260,9 @@ def dequantize(
     """Decodes packed E2M1 fp4 [R, K/2] with E8M0 scales [R, K/32] to out_dtype [R, K]
     (float32, or bfloat16/float16 rounded to nearest even). A NaN scale (0xFF) gives NaN."""
     ad = _fw.adapter_for(fp4)
-    rows, half = _rows_cols(fp4, "fp4")
+    rows, k = _fp4_rows_k(fp4, "fp4")
     dt = _fw.dtype_code(out_dtype if out is None else getattr(out, "dtype", out_dtype))
-    y = ad.empty((rows, 2 * half), dt, fp4) if out is None else out
+    y = ad.empty((rows, k), dt, fp4) if out is None else out
     st = _stream(ad, fp4, stream)
     qo, _ = _fw.export(fp4, _fw.FP4, "fp4")
     so, _ = _fw.export(scales, _fw.SCALE, "scales")
@@ -340,8 +347,7 @@ def prepare_weight(
     layout the GEMM kernels load fastest (PREPARED_V1, docs/weight-layout.md). Prepare once at
     load time, then pass the result as ``b`` to :func:`gemm`."""
     ad = _fw.adapter_for(b)
-    n, half = _rows_cols(b, "b")
-    k = 2 * half
+    n, k = _fp4_rows_k(b, "b")
     wbytes, sbytes = _core.prepared_weight_size(n, k)
     pw = ad.empty((wbytes,), _fw.U8, b)
     ps = ad.empty((sbytes,), _fw.U8, b)

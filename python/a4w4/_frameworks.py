@@ -280,8 +280,20 @@ def export(x: Any, role: str, name: str) -> tuple[Any, int]:
 def shape_of(x: Any, name: str) -> tuple[int, ...]:
     shape = getattr(x, "shape", None)
     if shape is None:
-        shape = np.asarray(x).shape
+        shape = _core.dlpack_info(x)[0] if hasattr(x, "__dlpack__") else np.asarray(x).shape
     return tuple(int(s) for s in shape)
+
+
+def counts_fp4_elements(x: Any) -> bool:
+    """Whether a packed-E2M1 operand's shape counts 4-bit elements (a DLPack float4_e2m1fn
+    array) rather than bytes (uint8, torch float4_e2m1fn_x2)."""
+    if isinstance(x, np.ndarray) or _module_of(x) in ("torch", "cupy", "jax", "jaxlib"):
+        dt = str(getattr(x, "dtype", ""))
+        return "float4_e2m1fn" in dt and "x2" not in dt
+    if hasattr(x, "__dlpack__"):
+        code, bits, _ = _core.dlpack_info(x)[1]
+        return code == 17 and bits == 4
+    return False
 
 
 def dtype_name(code: int) -> str:

@@ -68,7 +68,9 @@ void check(const Outcome& outcome) {
   if (outcome.status != A4W4_SUCCESS) raise_status(outcome.status, outcome.message);
 }
 
-void check(a4w4_status status) { check(capture(status)); }
+void check(a4w4_status status) {
+  check(capture(status));
+}
 
 std::string dtype_text(const nb::dlpack::dtype& dt) {
   return "(code " + std::to_string(dt.code) + ", bits " + std::to_string(dt.bits) + ", lanes " +
@@ -97,9 +99,8 @@ a4w4_device device_of(const InArray& arr, const char* name) {
 a4w4_tensor describe(const InArray& arr, const char* name, int as) {
   const size_t rank = arr.ndim();
   if (rank > A4W4_MAX_RANK)
-    raise_status(A4W4_ERROR_INVALID_ARGUMENT, std::string(name) + ": rank " +
-                                                  std::to_string(rank) + " is above " +
-                                                  std::to_string(A4W4_MAX_RANK));
+    raise_status(A4W4_ERROR_INVALID_ARGUMENT, std::string(name) + ": rank " + std::to_string(rank) +
+                                                  " is above " + std::to_string(A4W4_MAX_RANK));
   a4w4_tensor t;
   std::memset(&t, 0, sizeof t);
   t.data = const_cast<void*>(arr.data());
@@ -139,10 +140,9 @@ a4w4_tensor describe(const InArray& arr, const char* name, int as) {
       refuse("a dtype a4w4 knows (float32, float16, bfloat16, uint8)");
     t.dtype = mapped;  // (a DLPack float4_e2m1fn array counts 4-bit elements already)
     if (as != 0 && mapped != static_cast<a4w4_dtype>(as))
-      raise_status(A4W4_ERROR_UNSUPPORTED_DTYPE,
-                   std::string(name) + ": expected " +
-                       a4w4_dtype_name(static_cast<a4w4_dtype>(as)) + ", got " +
-                       a4w4_dtype_name(mapped));
+      raise_status(A4W4_ERROR_UNSUPPORTED_DTYPE, std::string(name) + ": expected " +
+                                                     a4w4_dtype_name(static_cast<a4w4_dtype>(as)) +
+                                                     ", got " + a4w4_dtype_name(mapped));
   }
   return t;
 }
@@ -153,13 +153,13 @@ a4w4_tensor describe_prepared(const InArray& arr, const char* name, a4w4_dtype d
                               int64_t cols, size_t needed) {
   const nb::dlpack::dtype dt = arr.dtype();
   if (!is_dl(dt, 1, 8))
-    raise_status(A4W4_ERROR_UNSUPPORTED_DTYPE,
-                 std::string(name) + ": a prepared buffer is uint8, got DLPack dtype " +
-                     dtype_text(dt));
+    raise_status(
+        A4W4_ERROR_UNSUPPORTED_DTYPE,
+        std::string(name) + ": a prepared buffer is uint8, got DLPack dtype " + dtype_text(dt));
   if (arr.nbytes() < needed)
-    raise_status(A4W4_ERROR_SHAPE_MISMATCH,
-                 std::string(name) + ": a prepared buffer of " + std::to_string(needed) +
-                     " bytes is needed, got " + std::to_string(arr.nbytes()));
+    raise_status(A4W4_ERROR_SHAPE_MISMATCH, std::string(name) + ": a prepared buffer of " +
+                                                std::to_string(needed) + " bytes is needed, got " +
+                                                std::to_string(arr.nbytes()));
   bool contiguous = true;
   int64_t expected = 1;
   for (size_t i = arr.ndim(); i-- > 0;) {
@@ -183,7 +183,9 @@ a4w4_tensor describe_prepared(const InArray& arr, const char* name, a4w4_dtype d
   return t;
 }
 
-void* stream_ptr(uintptr_t stream) { return reinterpret_cast<void*>(stream); }
+void* stream_ptr(uintptr_t stream) {
+  return reinterpret_cast<void*>(stream);
+}
 
 a4w4_backend backend_from_name(const std::string& name) {
   if (name == "auto") return A4W4_BACKEND_AUTO;
@@ -240,8 +242,8 @@ void quantize(const Context& ctx, const InArray& x, int x_as, const OutArray& q,
   Outcome out;
   {
     nb::gil_scoped_release release;
-    out = capture(a4w4_quantize(c, &tx, &tq, &ts, static_cast<a4w4_scale_mode>(mode),
-                                stream_ptr(stream)));
+    out = capture(
+        a4w4_quantize(c, &tx, &tq, &ts, static_cast<a4w4_scale_mode>(mode), stream_ptr(stream)));
   }
   check(out);
 }
@@ -272,8 +274,8 @@ std::pair<size_t, size_t> prepared_weight_size(int64_t n, int64_t k) {
 void gemm(const Context& ctx, const InArray& a, const InArray& a_scale, const InArray& b,
           const InArray& b_scale, std::optional<InArray> c, int c_as, std::optional<InArray> bias,
           int bias_as, const OutArray& d, int d_as, float alpha, float beta, int split_k,
-          std::optional<std::string> kernel, int math_mode, int64_t prepared_n,
-          int64_t prepared_k, uintptr_t stream) {
+          std::optional<std::string> kernel, int math_mode, int64_t prepared_n, int64_t prepared_k,
+          uintptr_t stream) {
   const a4w4_tensor ta = describe(a, "a", A4W4_DTYPE_E2M1);
   const a4w4_tensor tas = describe(a_scale, "a_scale", A4W4_DTYPE_E8M0);
   a4w4_tensor tb;
@@ -281,8 +283,8 @@ void gemm(const Context& ctx, const InArray& a, const InArray& a_scale, const In
   if (prepared_n > 0) {
     const auto [wbytes, sbytes] = prepared_weight_size(prepared_n, prepared_k);
     tb = describe_prepared(b, "b", A4W4_DTYPE_E2M1, prepared_n, prepared_k, wbytes);
-    tbs = describe_prepared(b_scale, "b_scale", A4W4_DTYPE_E8M0, prepared_n, prepared_k / 32,
-                            sbytes);
+    tbs =
+        describe_prepared(b_scale, "b_scale", A4W4_DTYPE_E8M0, prepared_n, prepared_k / 32, sbytes);
   } else {
     tb = describe(b, "b", A4W4_DTYPE_E2M1);
     tbs = describe(b_scale, "b_scale", A4W4_DTYPE_E8M0);
@@ -303,8 +305,8 @@ void gemm(const Context& ctx, const InArray& a, const InArray& a_scale, const In
   Outcome out;
   {
     nb::gil_scoped_release release;
-    out = capture(a4w4_gemm(cx, &ta, &tas, &tb, &tbs, c ? &tc : nullptr,
-                            bias ? &tbias : nullptr, &td, &options, stream_ptr(stream)));
+    out = capture(a4w4_gemm(cx, &ta, &tas, &tb, &tbs, c ? &tc : nullptr, bias ? &tbias : nullptr,
+                            &td, &options, stream_ptr(stream)));
   }
   check(out);
 }
@@ -347,8 +349,8 @@ NewArray empty(const std::vector<size_t>& shape, uint8_t code, uint8_t bits, int
   if (device_type == kDLCPU) {
     void* p = std::aligned_alloc(64, alloc);
     if (p == nullptr)
-      raise_status(A4W4_ERROR_OUT_OF_MEMORY, "empty: could not allocate " +
-                                                 std::to_string(bytes) + " bytes of host memory");
+      raise_status(A4W4_ERROR_OUT_OF_MEMORY,
+                   "empty: could not allocate " + std::to_string(bytes) + " bytes of host memory");
     nb::capsule owner(p, [](void* ptr) noexcept { std::free(ptr); });
     return NewArray(p, shape.size(), shape.data(), owner, nullptr, dt, kDLCPU, 0);
   }
@@ -384,12 +386,19 @@ void synchronize(uintptr_t stream) {
     err = cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
   }
   if (err != cudaSuccess)
-    raise_status(A4W4_ERROR_DEVICE,
-                 std::string("synchronize: ") + cudaGetErrorName(err) + ": " +
-                     cudaGetErrorString(err));
+    raise_status(A4W4_ERROR_DEVICE, std::string("synchronize: ") + cudaGetErrorName(err) + ": " +
+                                        cudaGetErrorString(err));
 #else
   (void)stream;
 #endif
+}
+
+// What DLPack says about an array: (shape, (code, bits, lanes), device type, device id).
+std::tuple<std::vector<int64_t>, std::tuple<int, int, int>, int, int> dlpack_info(
+    const InArray& arr) {
+  std::vector<int64_t> shape(arr.shape_ptr(), arr.shape_ptr() + arr.ndim());
+  const nb::dlpack::dtype dt = arr.dtype();
+  return {shape, {dt.code, dt.bits, dt.lanes}, arr.device_type(), arr.device_id()};
 }
 
 std::vector<std::pair<std::string, std::string>> kernels() {
@@ -440,14 +449,15 @@ NB_MODULE(_core, m) {
   m.def("gemm", &gemm, nb::arg("ctx"), nb::arg("a"), nb::arg("a_scale"), nb::arg("b"),
         nb::arg("b_scale"), nb::arg("c").none(), nb::arg("c_as"), nb::arg("bias").none(),
         nb::arg("bias_as"), nb::arg("d"), nb::arg("d_as"), nb::arg("alpha"), nb::arg("beta"),
-        nb::arg("split_k"), nb::arg("kernel").none(), nb::arg("math_mode"),
-        nb::arg("prepared_n"), nb::arg("prepared_k"), nb::arg("stream"));
+        nb::arg("split_k"), nb::arg("kernel").none(), nb::arg("math_mode"), nb::arg("prepared_n"),
+        nb::arg("prepared_k"), nb::arg("stream"));
   m.def("prepare_weight", &prepare_weight, nb::arg("ctx"), nb::arg("b"), nb::arg("b_scale"),
         nb::arg("prepared"), nb::arg("prepared_scale"), nb::arg("stream"));
   m.def("prepared_weight_size", &prepared_weight_size, nb::arg("n"), nb::arg("k"));
-  m.def("empty", &empty, nb::arg("shape"), nb::arg("code"), nb::arg("bits"),
-        nb::arg("device_type"), nb::arg("device_id"));
+  m.def("empty", &empty, nb::arg("shape"), nb::arg("code"), nb::arg("bits"), nb::arg("device_type"),
+        nb::arg("device_id"));
   m.def("synchronize", &synchronize, nb::arg("stream"));
+  m.def("dlpack_info", &dlpack_info, nb::arg("array"));
   m.def("kernels", &kernels);
   m.def("backend_compiled", [](const std::string& name) {
     return a4w4_backend_compiled(backend_from_name(name)) != 0;

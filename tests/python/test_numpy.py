@@ -221,3 +221,17 @@ def test_generic_dlpack_producer_gets_dlpack_output():
     q2, s2 = a4w4.quantize(x)
     np.testing.assert_array_equal(np.from_dlpack(q), q2)
     np.testing.assert_array_equal(np.from_dlpack(s), s2)
+
+
+def test_dlpack_float4_e2m1fn_operands_count_elements():
+    """A DLPack float4_e2m1fn array (code 17, 4 bits) has its shape in elements, not bytes."""
+    x = mx_data(4, 128)
+    q_ref, s_ref = a4w4.quantize(x)
+    q = a4w4._core.empty([4, 128], 17, 4, 1, 0)  # 4-bit elements, 64 bytes a row
+    s = a4w4._core.empty([4, 4], 1, 8, 1, 0)
+    a4w4._core.quantize(a4w4.default_context()._ctx, x, 0, q, s, 1, 0)
+    assert a4w4._core.dlpack_info(q)[0] == [4, 128]
+    y = a4w4.dequantize(q, s)
+    np.testing.assert_array_equal(np.from_dlpack(y), a4w4.dequantize(q_ref, s_ref))
+    d = a4w4.gemm(q, s, q_ref, s_ref)
+    np.testing.assert_array_equal(np.from_dlpack(d), a4w4.gemm(q_ref, s_ref, q_ref, s_ref))
