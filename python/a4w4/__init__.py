@@ -7,8 +7,8 @@ back in the framework and on the device of the first operand. Python adds no num
 Forms of the MX operands:
 
 - packed E2M1: ``uint8 [rows, K/2]``, element 2i in the low nibble (also torch's
-  ``float4_e2m1fn_x2`` and DLPack ``float4_e2m1fn`` arrays). ml_dtypes' ``float4_e2m1fn`` arrays hold
-  one element per byte and are refused: :func:`pack_fp4` packs them.
+  ``float4_e2m1fn_x2`` and DLPack ``float4_e2m1fn`` arrays). ml_dtypes' ``float4_e2m1fn`` arrays
+  hold one element per byte and are refused: :func:`pack_fp4` packs them.
 - E8M0 scales: ``uint8 [rows, K/32]`` (also ml_dtypes / torch ``float8_e8m0fnu``).
 - floats: float32, float16, bfloat16 (torch/JAX native, ml_dtypes.bfloat16 for NumPy).
 

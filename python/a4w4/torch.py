@@ -190,9 +190,7 @@ class MXFP4Linear(torch.nn.Module):
         else:
             b, bs, pn, pk = self.weight_fp4, self.weight_scale, 0, 0
         bias = self.bias
-        y = torch.ops.a4w4.gemm(
-            q, s, b, bs, bias, None, 1.0, 0.0, x.dtype, 0, None, pn, pk
-        )
+        y = torch.ops.a4w4.gemm(q, s, b, bs, bias, None, 1.0, 0.0, x.dtype, 0, None, pn, pk)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:

@@ -459,28 +459,38 @@ NB_MODULE(_core, m) {
   m.def("synchronize", &synchronize, nb::arg("stream"));
   m.def("dlpack_info", &dlpack_info, nb::arg("array"));
   m.def("kernels", &kernels);
-  m.def("backend_compiled", [](const std::string& name) {
-    return a4w4_backend_compiled(backend_from_name(name)) != 0;
-  });
-  m.def("backend_available", [](const std::string& name) {
-    return a4w4_backend_available(backend_from_name(name)) != 0;
-  });
+  m.def(
+      "backend_compiled",
+      [](const std::string& name) { return a4w4_backend_compiled(backend_from_name(name)) != 0; },
+      nb::arg("name"));
+  m.def(
+      "backend_available",
+      [](const std::string& name) { return a4w4_backend_available(backend_from_name(name)) != 0; },
+      nb::arg("name"));
   m.def("device_count", &device_count, nb::arg("backend"));
   m.def("device_describe", &device_describe, nb::arg("device_type"), nb::arg("ordinal"));
-  m.def("status_string", [](int status) {
-    return std::string(a4w4_status_string(static_cast<a4w4_status>(status)));
-  });
-  m.def("dtype_to_dlpack", [](int dtype) {
-    uint8_t code = 0;
-    uint8_t bits = 0;
-    check(a4w4_dtype_to_dlpack(static_cast<a4w4_dtype>(dtype), &code, &bits));
-    return std::make_pair(static_cast<int>(code), static_cast<int>(bits));
-  });
-  m.def("dtype_from_dlpack", [](int code, int bits) {
-    a4w4_dtype dtype{};
-    check(a4w4_dtype_from_dlpack(static_cast<uint8_t>(code), static_cast<uint8_t>(bits), &dtype));
-    return static_cast<int>(dtype);
-  });
+  m.def(
+      "status_string",
+      [](int status) { return std::string(a4w4_status_string(static_cast<a4w4_status>(status))); },
+      nb::arg("status"));
+  m.def(
+      "dtype_to_dlpack",
+      [](int dtype) {
+        uint8_t code = 0;
+        uint8_t bits = 0;
+        check(a4w4_dtype_to_dlpack(static_cast<a4w4_dtype>(dtype), &code, &bits));
+        return std::make_pair(static_cast<int>(code), static_cast<int>(bits));
+      },
+      nb::arg("dtype"));
+  m.def(
+      "dtype_from_dlpack",
+      [](int code, int bits) {
+        a4w4_dtype dtype{};
+        check(
+            a4w4_dtype_from_dlpack(static_cast<uint8_t>(code), static_cast<uint8_t>(bits), &dtype));
+        return static_cast<int>(dtype);
+      },
+      nb::arg("code"), nb::arg("bits"));
   m.def("library_version", [] { return std::string(a4w4_version_string()); });
   m.attr("cuda_compiled") = static_cast<bool>(A4W4_PY_WITH_CUDA);
 }

@@ -16,9 +16,8 @@ def _has(module: str) -> bool:
 def _cuda_ready() -> bool:
     if not _has("torch"):
         return False
-    import torch
-
     import a4w4
+    import torch
 
     return torch.cuda.is_available() and a4w4.backends()["cuda"].available
 
@@ -31,7 +30,9 @@ def pytest_collection_modifyitems(config, items):
                 cuda_ok = _cuda_ready()
             if not cuda_ok:
                 item.add_marker(
-                    pytest.mark.skip(reason="needs torch with a CUDA device and a4w4's CUDA backend")
+                    pytest.mark.skip(
+                        reason="needs torch with a CUDA device and a4w4's CUDA backend"
+                    )
                 )
         if "torch" in item.keywords and not _has("torch"):
             item.add_marker(pytest.mark.skip(reason="needs PyTorch"))

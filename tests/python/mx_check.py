@@ -1,9 +1,8 @@
 """Independent MX decoding for the tests: ml_dtypes' float4_e2m1fn / float8_e8m0fnu, not a4w4."""
 
+import a4w4
 import ml_dtypes
 import numpy as np
-
-import a4w4
 
 
 def decode_scales(s: np.ndarray) -> np.ndarray:

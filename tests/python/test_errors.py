@@ -2,10 +2,9 @@
 
 import pickle
 
+import a4w4
 import numpy as np
 import pytest
-
-import a4w4
 from a4w4 import Status
 
 

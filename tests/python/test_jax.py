@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
-import jax.numpy as jnp  # noqa: E402
-
 import a4w4  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 
 
 def test_jax_in_jax_out():

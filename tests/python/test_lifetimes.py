@@ -3,9 +3,8 @@
 import gc
 import sys
 
-import numpy as np
-
 import a4w4
+import numpy as np
 
 
 def rss_kib() -> int:

@@ -5,14 +5,18 @@ import pytest
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 import a4w4  # noqa: E402
-from mx_check import decode_fp4, decode_scales, dequant, expected_quantize
+from mx_check import decode_scales, dequant, expected_quantize  # noqa: E402
 
 
 def mx_data(rows: int, k: int, seed: int = 0, spread: int = 20) -> np.ndarray:
     """Blocks of very different magnitudes, exact E2M1 ties, an all-zero block, signed zeros."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, k)).astype(np.float32)
-    x *= np.exp2(rng.integers(-spread, spread, size=(rows, k // 32, 1))).repeat(32, axis=2).reshape(rows, k)
+    x *= (
+        np.exp2(rng.integers(-spread, spread, size=(rows, k // 32, 1)))
+        .repeat(32, axis=2)
+        .reshape(rows, k)
+    )
     ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0], np.float32)
     x[0, :32] = np.tile(np.concatenate([ties, -ties]), 2)
     if k >= 64:
@@ -86,9 +90,13 @@ def test_gemm_epilogue_and_dtypes():
     ref = 0.5 * (dequant(a, a_s) @ dequant(b, b_s).T) + 2.0 * c + bias
     d = a4w4.gemm(a, a_s, b, b_s, bias=bias, c=c, alpha=0.5, beta=2.0)
     assert rel_err(d, ref) < 1e-6
-    for out_dtype, want, tol in [("bfloat16", ml_dtypes.bfloat16, 4e-3), ("float16", np.float16, 1e-3)]:
-        d = a4w4.gemm(a, a_s, b, b_s, bias=bias.astype(want), c=c, alpha=0.5, beta=2.0,
-                      out_dtype=out_dtype)
+    for out_dtype, want, tol in [
+        ("bfloat16", ml_dtypes.bfloat16, 4e-3),
+        ("float16", np.float16, 1e-3),
+    ]:
+        d = a4w4.gemm(
+            a, a_s, b, b_s, bias=bias.astype(want), c=c, alpha=0.5, beta=2.0, out_dtype=out_dtype
+        )
         assert d.dtype == want
         assert rel_err(d.astype(np.float32), ref) < tol
     # c's dtype is the default output dtype; out= is written in place and returned
@@ -138,7 +146,10 @@ def test_strided_inputs_are_handled_without_copy():
     a, a_s = quantized(10, 512, 8)
     b, b_s = quantized(6, 256, 9)
     d = a4w4.gemm(a[::2, :128], a_s[::2, :8], b, b_s)
-    ref = dequant(np.ascontiguousarray(a[::2, :128]), np.ascontiguousarray(a_s[::2, :8])) @ dequant(b, b_s).T
+    ref = (
+        dequant(np.ascontiguousarray(a[::2, :128]), np.ascontiguousarray(a_s[::2, :8]))
+        @ dequant(b, b_s).T
+    )
     assert rel_err(d, ref) < 1e-6
 
 
