@@ -76,3 +76,23 @@ def test_outputs_outlive_the_context_and_dlpack_buffers_are_freed():
         del q, s
     gc.collect()
     assert rss_kib() - rss0 < 32 * 1024
+
+
+def test_concurrent_calls_from_threads():
+    """Calls release the GIL and share one context: results match the single-threaded ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((16, 256)).astype(np.float32) for _ in range(8)]
+    b, b_s = a4w4.quantize(rng.standard_normal((32, 256)).astype(np.float32))
+    ctx = a4w4.Context(num_threads=1)
+
+    def run(x):
+        q, s = ctx.quantize(x)
+        return ctx.gemm(q, s, b, b_s)
+
+    expected = [run(x) for x in xs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for _ in range(5):
+            for got, want in zip(pool.map(run, xs), expected):
+                np.testing.assert_array_equal(got, want)
