@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libfmt-dev libcli11-dev libgtest-dev
-          libgmock-dev libbenchmark-dev libopenblas-dev)
+          libgmock-dev libbenchmark-dev libopenblas-dev python3-venv python3-dev)
 if [[ "${1:-}" == "--fuzz" ]]; then
   packages+=(clang libclang-rt-dev libomp-dev)
 fi

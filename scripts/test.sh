@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The test command: install what is missing, build with warnings as errors, run the CPU test suite,
-# then the same suite under AddressSanitizer + UndefinedBehaviorSanitizer, then brief libFuzzer
-# runs of the NPY reader and the tuned-configuration CSV reader. GPU tests (ctest label `cuda`) run on a GPU machine: scripts/device-run.sh.
+# The test command: install what is missing, build with warnings as errors, run the CPU test suite
+# and the Python package's tests (pip install . into .venv, pytest), then the same C++ suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer, then brief libFuzzer runs of the NPY reader and the
+# tuned-configuration CSV reader. GPU tests (ctest label `cuda`, pytest -m cuda) run on a GPU
+# machine: scripts/device-run.sh, scripts/device-python.sh.
 #   scripts/test.sh           everything
-#   scripts/test.sh --quick   the main build and its tests only
+#   scripts/test.sh --quick   the main build, its tests and the Python tests only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -17,6 +19,18 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DA4W4_WERROR=ON >/dev/n
 cmake --build build -j"$jobs"
 echo "=== tests: cpu ==="
 ctest --test-dir build -L cpu --output-on-failure -j"$jobs"
+
+# The Python package: `pip install .` into a venv kept in .venv/ (ignored; reused between runs),
+# with the CPU backend only (the CUDA backend is compiled above), then pytest on the CPU.
+echo "=== python: pip install . (CPU backend) into .venv, pytest ==="
+venv=.venv
+[[ -x $venv/bin/python ]] || "${PYTHON:-python3}" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  nanobind scikit-build-core numpy ml_dtypes pytest
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  --no-build-isolation --no-deps -C build-dir=build-python -C cmake.define.A4W4_CUDA=OFF \
+  -C cmake.define.A4W4_WERROR=ON .
+"$venv/bin/python" -m pytest tests/python -q -rs -p no:cacheprovider
 ((quick)) && exit 0
 
 echo "=== build: ASan + UBSan (Debug, CPU backend) ==="

@@ -45,6 +45,7 @@ struct TuneSettings {
   double rotate_mib = -1;  // operand sets cycled through; -1: 0 on the CPU, 256 on CUDA (> L2)
   int threads = 0;
   uint64_t seed = 1;
+  bool wide_scales = false;  // scales 120..135 instead of the typical 125..127 (as a4w4 bench)
 };
 
 struct Candidate {
@@ -53,12 +54,16 @@ struct Candidate {
   double us = 0;  // 0: not measured (not applicable or wrong)
 };
 
-// Random E2M1 codes with scales 2^-7 .. 2^8: every code, no overflow, different scales per block.
-MxMatrix random_mx(std::mt19937_64& rng, int64_t rows, int64_t k) {
+// Random E2M1 codes (every code) with the block scales a4w4 bench uses: typical, 125..127 (the
+// spread of scales quantized from Gaussian-like data, which the decode kernel folds), or wide,
+// 120..135 (its exact per-block path). Tuning on the data the choice will serve matters: the best
+// split differs between the two.
+MxMatrix random_mx(std::mt19937_64& rng, int64_t rows, int64_t k, bool wide_scales) {
   MxMatrix op{rows, k, std::vector<uint8_t>(static_cast<size_t>(rows * k / 2)),
               std::vector<uint8_t>(static_cast<size_t>(rows * k / 32))};
   for (auto& v : op.values) v = static_cast<uint8_t>(rng());
-  for (auto& s : op.scales) s = static_cast<uint8_t>(120 + rng() % 16);
+  for (auto& s : op.scales)
+    s = static_cast<uint8_t>(wide_scales ? 120 + rng() % 16 : 125 + rng() % 3);
   return op;
 }
 
@@ -89,8 +94,8 @@ class ShapeRun {
            const bench::Shape& shape, uint64_t seed)
       : settings_(settings), memory_(memory), context_(context), shape_(shape) {
     std::mt19937_64 rng(seed);
-    a_ = random_mx(rng, shape.m, shape.k);
-    b_ = random_mx(rng, shape.n, shape.k);
+    a_ = random_mx(rng, shape.m, shape.k, settings.wide_scales);
+    b_ = random_mx(rng, shape.n, shape.k, settings.wide_scales);
     const a4w4_dtype d_dtype = library_dtype(settings.out_dtype);
     const double d_bytes = static_cast<double>(shape.m * shape.n * (a4w4_dtype_bits(d_dtype) / 8));
     const double set_bytes = static_cast<double>(a_.values.size() + a_.scales.size() +
@@ -390,6 +395,9 @@ void add_tune_command(CLI::App& app) {
                    "Cycle through operand copies this large, to defeat caches (cuda: 256)")
       ->check(CLI::Range(0.0, 65536.0));
   command->add_option("--seed", settings->seed, "Random seed of the operands (1)");
+  command->add_flag("--wide-scales", settings->wide_scales,
+                    "Block scales spread over 120..135 (defeats scale folding) instead of the "
+                    "typical 125..127, as a4w4 bench");
   add_threads_option(*command, settings->threads);
   command->callback([settings] { run_tune(*settings); });
 }

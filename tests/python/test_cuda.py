@@ -1,0 +1,170 @@
+"""a4w4 on a CUDA device from PyTorch (and CuPy where installed): device tensors in and out,
+the current torch stream, CUDA graphs, torch.compile. Marked `cuda`: skipped without a GPU;
+run on the GPU machine with scripts/device-python.sh."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import a4w4  # noqa: E402
+import a4w4.torch as at  # noqa: E402
+
+pytestmark = pytest.mark.cuda
+
+
+def rel(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def quantized(m, k, seed, device="cuda"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g)
+    return a4w4.quantize(x.to(device))
+
+
+def test_device_tensors_in_and_out_match_the_cpu():
+    x = torch.randn(33, 512, generator=torch.Generator().manual_seed(0))
+    q, s = a4w4.quantize(x.cuda())
+    assert q.is_cuda and s.is_cuda and q.device == torch.device("cuda", 0)
+    qc, sc = a4w4.quantize(x)
+    assert torch.equal(q.cpu(), qc) and torch.equal(s.cpu(), sc)
+    for dt in (torch.bfloat16, torch.float16):
+        qd, sd = a4w4.quantize(x.to(dt).cuda())
+        qh, sh = a4w4.quantize(x.to(dt))
+        assert torch.equal(qd.cpu(), qh) and torch.equal(sd.cpu(), sh)
+    y = a4w4.dequantize(q, s, out_dtype=torch.bfloat16)
+    assert y.is_cuda and torch.equal(y.cpu(), a4w4.dequantize(qc, sc, out_dtype=torch.bfloat16))
+    w = torch.randn(96, 512, generator=torch.Generator().manual_seed(1))
+    wq, ws = a4w4.quantize(w.cuda())
+    bias = torch.randn(96)
+    for out_dtype, tol in ((torch.float32, 1e-6), (torch.bfloat16, 4e-3), (torch.float16, 1e-3)):
+        d = a4w4.gemm(q, s, wq, ws, bias=bias.cuda(), out_dtype=out_dtype)
+        assert d.is_cuda and d.dtype == out_dtype and d.shape == (33, 96)
+        ref = a4w4.gemm(qc, sc, wq.cpu(), ws.cpu(), bias=bias, out_dtype=torch.float32)
+        assert rel(d, ref) < tol
+
+
+@pytest.mark.parametrize("m", [1, 4, 16, 128])
+def test_prepared_weight_on_device(m):
+    a, a_s = quantized(m, 2048, 2)
+    b, b_s = quantized(1024, 2048, 3)
+    pw = a4w4.prepare_weight(b, b_s)
+    assert pw.weight.is_cuda
+    plain = a4w4.gemm(a, a_s, b, b_s, out_dtype=torch.bfloat16)
+    prepared = a4w4.gemm(a, a_s, pw, None, out_dtype=torch.bfloat16)
+    ref = a4w4.gemm(a.cpu(), a_s.cpu(), b.cpu(), b_s.cpu())
+    assert rel(plain, ref) < 4e-3 and rel(prepared, ref) < 4e-3
+
+
+def test_runs_on_the_current_torch_stream():
+    side = torch.cuda.Stream()
+    x_host = torch.randn(4096, 4096, generator=torch.Generator().manual_seed(4))
+    q_ref, s_ref = a4w4.quantize(x_host)
+    with torch.cuda.stream(side):
+        # produced on `side`, consumed on `side` with no synchronisation in between: only
+        # correct if a4w4 runs on the current stream
+        x = x_host.to("cuda", non_blocking=False) * 1.0
+        q, s = a4w4.quantize(x)
+        y = a4w4.dequantize(q, s)
+    side.synchronize()
+    assert torch.equal(q.cpu(), q_ref) and torch.equal(s.cpu(), s_ref)
+    assert torch.equal(y.cpu(), a4w4.dequantize(q_ref, s_ref))
+    # an explicit stream argument is honoured too
+    q2, s2 = a4w4.quantize(x, stream=side.cuda_stream)
+    side.synchronize()
+    assert torch.equal(q2.cpu(), q_ref)
+
+
+def test_device_mismatch_is_an_error():
+    a, a_s = quantized(4, 128, 5)
+    with pytest.raises(a4w4.DeviceMismatchError):
+        a4w4.gemm(a, a_s, a.cpu(), a_s.cpu())
+
+
+def make_linear(n=1024, k=2048, dtype=torch.bfloat16):
+    torch.manual_seed(6)
+    lin = torch.nn.Linear(k, n, dtype=dtype, device="cuda")
+    return lin, at.MXFP4Linear.from_linear(lin)
+
+
+def test_mxfp4_linear_on_cuda_uses_prepared_weights():
+    lin, m = make_linear()
+    assert m.weight_prepared is not None and m.weight_prepared.is_cuda
+    x = torch.randn(3, 5, 2048, device="cuda", dtype=torch.bfloat16)
+    y = m(x)
+    assert y.shape == (3, 5, 1024) and y.dtype == torch.bfloat16 and y.is_cuda
+    q, s = a4w4.quantize(x.reshape(15, 2048).float().cpu())
+    ref = a4w4.gemm(q, s, m.weight_fp4.cpu(), m.weight_scale.cpu(), bias=m.bias.float().cpu())
+    assert rel(y.reshape(15, 1024), ref) < 4e-3
+    assert rel(y, lin(x)) < 0.25
+
+
+def test_cuda_graph_capture_and_replay():
+    _, m = make_linear()
+    static_x = torch.randn(8, 2048, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up outside capture
+            m(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = m(static_x)
+    for seed in range(3):
+        new_x = torch.randn(8, 2048, device="cuda", dtype=torch.bfloat16,
+                            generator=torch.Generator("cuda").manual_seed(seed))  # fmt: skip
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, m(new_x))
+
+
+def test_torch_compile_fullgraph_and_cudagraphs():
+    _, m = make_linear()
+    x = torch.randn(4, 2048, device="cuda", dtype=torch.bfloat16)
+    eager = m(x)
+    assert torch.equal(torch.compile(m, fullgraph=True)(x), eager)
+    torch._dynamo.reset()
+    compiled = torch.compile(m, mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):
+        out = compiled(x)
+    assert torch.equal(out, eager)
+
+
+def test_no_leak_over_10k_device_calls():
+    a, a_s = quantized(4, 256, 7)
+    b, b_s = quantized(64, 256, 8)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(10_000):
+        d = a4w4.gemm(a, a_s, b, b_s, out_dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    del d
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_cupy_arrays():
+    cupy = pytest.importorskip("cupy")
+    x = np.random.default_rng(9).standard_normal((16, 256)).astype(np.float32)
+    q, s = a4w4.quantize(cupy.asarray(x))
+    assert isinstance(q, cupy.ndarray)
+    qn, sn = a4w4.quantize(x)
+    assert np.array_equal(cupy.asnumpy(q), qn) and np.array_equal(cupy.asnumpy(s), sn)
+    d = a4w4.gemm(q, s, q, s)
+    assert isinstance(d, cupy.ndarray)
+    ref = a4w4.gemm(qn, sn, qn, sn)
+    assert np.linalg.norm(cupy.asnumpy(d) - ref) <= 1e-6 * np.linalg.norm(ref)
+
+
+def test_jax_gpu_arrays():
+    jax = pytest.importorskip("jax")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX has no GPU here")
+    x = np.random.default_rng(10).standard_normal((16, 256)).astype(np.float32)
+    jq, js = a4w4.quantize(jax.device_put(x, gpu))
+    qn, sn = a4w4.quantize(x)
+    assert np.array_equal(np.asarray(jq), qn) and np.array_equal(np.asarray(js), sn)
