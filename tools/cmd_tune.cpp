@@ -14,7 +14,9 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "a4w4/a4w4.h"
@@ -299,10 +301,13 @@ void run_tune(TuneSettings settings) {
       a4w4_backend_name(settings.backend), settings.weights, out_dtype_name(settings.out_dtype),
       settings.samples, device_name, sm_count, tuned::kHeader);
   int wrong = 0, rows = 0;
+  std::set<std::tuple<int64_t, int64_t, int64_t>> tuned_shapes;  // one entry per shape
   for (size_t i = 0; i < shapes.size(); ++i) {
     const bench::Shape& shape = shapes[i];
     show_progress(i, shapes.size(),
                   fmt::format("{}x{}x{} {}", shape.m, shape.n, shape.k, shape.label));
+    // Presets list some shapes twice under two names (gate_proj, up_proj): tune each once.
+    if (!tuned_shapes.emplace(shape.m, shape.n, shape.k).second) continue;
     ShapeRun run(settings, *memory, context, shape, settings.seed + i);
     std::vector<Candidate> list = candidates(settings, shape.k);
     const Candidate heuristic = run.heuristic(heuristic_context);
