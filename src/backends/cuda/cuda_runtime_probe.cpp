@@ -58,7 +58,8 @@ const DeviceInfo& device_info(int ordinal) {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
     infos[ordinal] = DeviceInfo{prop.multiProcessorCount, prop.major, prop.minor,
-                                prop.sharedMemPerBlockOptin};
+                                prop.sharedMemPerBlockOptin,
+                                DeviceIdentity{prop.name, prop.multiProcessorCount}};
   });
   return infos[ordinal];
 }
@@ -103,19 +104,7 @@ std::string describe_device(int ordinal) {
                      static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
 }
 
-const DeviceIdentity& device_identity(int ordinal) {
-  constexpr int kMaxDevices = 64;
-  static std::array<DeviceIdentity, kMaxDevices> identities{};
-  static std::array<std::once_flag, kMaxDevices> once;
-  if (ordinal < 0 || ordinal >= std::min(device_count(), kMaxDevices))
-    fail(A4W4_ERROR_NO_DEVICE, "CUDA device {} requested, {} present", ordinal, device_count());
-  std::call_once(once[ordinal], [&] {
-    cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
-    identities[ordinal] = DeviceIdentity{prop.name, prop.multiProcessorCount};
-  });
-  return identities[ordinal];
-}
+const DeviceIdentity& device_identity(int ordinal) { return device_info(ordinal).identity; }
 
 #else
 

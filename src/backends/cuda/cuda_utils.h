@@ -2,6 +2,8 @@
 // properties.
 #pragma once
 
+#include "backends/cuda/cuda_runtime_probe.h"
+
 #include <cuda_runtime_api.h>
 
 #include "api/error.h"
@@ -31,6 +33,7 @@ struct DeviceInfo {
   int sm_count;
   int major, minor;
   size_t max_shared_per_block;  // opt-in limit
+  DeviceIdentity identity;      // what tuned configurations key the device by
 };
 
 // Properties of a device, read once per process.

@@ -33,8 +33,6 @@
 // B is scattered into the same order with 4-byte copies.
 #include <cooperative_groups.h>
 
-#include <algorithm>
-
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -705,16 +703,20 @@ int ctas_per_sm() {
   return count;
 }
 
-// Splits of K when the caller leaves the choice: as many as fill every SM's resident CTA slots in
-// one wave (a second, partial wave would cost as much as the first), each partition at least two
-// activation chunks long.
+// Splits of K when the caller leaves the choice: the largest power of two whose CTAs fit every SM's
+// resident slots in one wave (a second, partial wave would cost as much as the first), each
+// partition at least two activation chunks long. Powers of two keep partitions on K-tile
+// boundaries and clusters packing the GPU evenly; the tuner found 6-way splits slower than 4
+// (bench/RESULTS.md, issue 6).
 template <int kNTiles, bool kPrepared>
 int auto_splits(const GemmProblem& p, int64_t ctas) {
   const int64_t resident =
       int64_t{ctas_per_sm<kNTiles, kPrepared>()} * device_info(p.device.ordinal).sm_count;
-  int64_t splits = std::clamp<int64_t>(resident / ctas, 1, kMaxSplits);
-  while (splits > 1 && (p.k / 32) / splits < 2 * ChunkShape<kNTiles>::kBlocks) --splits;
-  return static_cast<int>(splits);
+  int splits = 1;
+  while (splits < kMaxSplits && ctas * 2 * splits <= resident &&
+         (p.k / 32) / (2 * splits) >= 2 * ChunkShape<kNTiles>::kBlocks)
+    splits *= 2;
+  return splits;
 }
 
 template <int kNTiles, bool kPrepared>
