@@ -77,9 +77,10 @@ struct ChunkShape {
   // row stride is 64 mod 128, so a warp's 16-byte reads of 8 rows hit distinct banks.
   static constexpr int kRowBytes = kBlocks * 64 + 64;
   static constexpr int kPairs = kTiles * kNTiles;
-  static constexpr int kPairsPerWarp = kPairs / kWarps;
   static_assert(kPairs % kWarps == 0, "every warp converts the same number of pairs");
 };
+template <int kNTiles>
+constexpr int kPairsPerWarp = ChunkShape<kNTiles>::kPairs / kWarps;
 
 [[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -106,14 +107,14 @@ __device__ __forceinline__ void wait_copies() {
 
 // Byte permute with the sign mode on: a selector nibble with bit 3 set yields 0x00 or 0xFF by the
 // sign of the selected byte (0x00 for every table here). Only the low 16 bits of `selector` count.
-__device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
+[[maybe_unused]] __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
   uint32_t out;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(selector));
   return out;
 }
 
 // D (4 x int32) += A (16x32 uint8, row) * B (32x8 int8, col), exact.
-__device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+[[maybe_unused]] __device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
@@ -131,7 +132,7 @@ __device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4]
 struct WeightBlock {
   uint32_t positive[4], negative[4];
 };
-__device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo, uint32_t table_hi,
+[[maybe_unused]] __device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo, uint32_t table_hi,
                                           uint32_t& pos_first, uint32_t& pos_second,
                                           uint32_t& neg_first, uint32_t& neg_second) {
   const uint32_t flipped = codes ^ 0x88888888u;
@@ -140,7 +141,7 @@ __device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo, uin
   neg_first = permute(table_lo, table_hi, flipped);
   neg_second = permute(table_lo, table_hi, flipped >> 16);
 }
-__device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h, uint32_t shift_g,
+[[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h, uint32_t shift_g,
                                                     uint32_t shift_h) {
   WeightBlock w;
   split_row(row_g, kMagnitudesLo << shift_g, kMagnitudesHi << shift_g, w.positive[0],
@@ -153,7 +154,7 @@ __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row
 // Whether the tile sums of a warp can be scaled and accumulated in fp32 without leaving its normal
 // range: 2^(ea - 127) and 2^(eb - 129) normal, the smallest nonzero term 2^(ea + eb - 256) at least
 // 2^-126, and 2^24 tiles of the largest (|sum| < 2^20.2) below 2^127.
-__device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
+[[maybe_unused]] __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
                                                        uint32_t b_hi) {
   return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
 }
@@ -163,8 +164,8 @@ __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo, uint32_t a
 // is used. Warp w takes pairs w, w + 4, ...; lane (r, j) takes row r and block j of the pair.
 template <int kNTiles>
 struct ActivationBlocks {
-  uint4 codes[ChunkShape<kNTiles>::kPairsPerWarp];
-  uint32_t scale[ChunkShape<kNTiles>::kPairsPerWarp];  // 0x100: absent (row >= M, outside the partition)
+  uint4 codes[kPairsPerWarp<kNTiles>];
+  uint32_t scale[kPairsPerWarp<kNTiles>];  // 0x100: absent (row >= M, outside the partition)
 };
 
 template <int kNTiles>
@@ -174,7 +175,7 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t c
   using Shape = ChunkShape<kNTiles>;
   const int warp = threadIdx.x / 32, r = (threadIdx.x % 32) / 4, j = threadIdx.x % 4;
 #pragma unroll
-  for (int i = 0; i < Shape::kPairsPerWarp; ++i) {
+  for (int i = 0; i < kPairsPerWarp<kNTiles>; ++i) {
     const int pair = warp + kWarps * i, tile = pair % Shape::kTiles, nt = pair / Shape::kTiles;
     const int row = nt * 8 + r;
     const int64_t block = chunk_block0 + tile * 4 + j;
@@ -217,7 +218,7 @@ struct Stage {
 };
 
 // Four E2M1 codes (low 16 bits) -> four int8 2 * value * 2^shift and their negations.
-__device__ __forceinline__ void signed_values(uint32_t codes, uint32_t pos_lo, uint32_t pos_hi,
+[[maybe_unused]] __device__ __forceinline__ void signed_values(uint32_t codes, uint32_t pos_lo, uint32_t pos_hi,
                                               uint32_t neg_lo, uint32_t neg_hi, uint32_t& value,
                                               uint32_t& negated) {
   const uint32_t index = codes & 0x7777u;
@@ -238,7 +239,7 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
   using Shape = ChunkShape<kNTiles>;
   const int warp = threadIdx.x / 32, r = (threadIdx.x % 32) / 4, j = threadIdx.x % 4;
 #pragma unroll
-  for (int i = 0; i < Shape::kPairsPerWarp; ++i) {
+  for (int i = 0; i < kPairsPerWarp<kNTiles>; ++i) {
     const int pair = warp + kWarps * i, tile = pair % Shape::kTiles, nt = pair / Shape::kTiles;
     const int row = nt * 8 + r, block = tile * 4 + j;
     const uint32_t scale = in.scale[i];
@@ -280,7 +281,7 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
 }
 
 // Offset of lane L's half h (row g + 8h) of row group `group` inside a slot.
-__device__ __forceinline__ int half_offset(int group, int lane, int h) {
+[[maybe_unused]] __device__ __forceinline__ int half_offset(int group, int lane, int h) {
   return group * 1024 + lane * 32 + 16 * (h ^ ((lane >> 2) & 1));
 }
 
@@ -371,7 +372,7 @@ struct WeightSource {
 
 // Selector that replaces the bytes of blocks outside [first, last) by block `first`'s, so they
 // do not count in a row's scale range.
-__device__ __forceinline__ uint32_t valid_block_selector(int first, int last) {
+[[maybe_unused]] __device__ __forceinline__ uint32_t valid_block_selector(int first, int last) {
   uint32_t selector = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j)
@@ -385,7 +386,7 @@ struct FoldedRow {
   uint32_t base, shifts;
   bool ok;
 };
-__device__ __forceinline__ FoldedRow fold_row(uint32_t scales) {
+[[maybe_unused]] __device__ __forceinline__ FoldedRow fold_row(uint32_t scales) {
   const uint32_t s0 = scales & 0xFFu, s1 = (scales >> 8) & 0xFFu, s2 = (scales >> 16) & 0xFFu,
                  s3 = scales >> 24;
   FoldedRow row;
