@@ -32,8 +32,8 @@ void cublas_check(cublasStatus_t status, const char* what) {
 }
 void a4w4_check(a4w4_status status, const char* what) {
   if (status != A4W4_SUCCESS)
-    throw std::runtime_error(fmt::format("{}: {}: {}", what, a4w4_status_string(status),
-                                         a4w4_last_error_message()));
+    throw std::runtime_error(
+        fmt::format("{}: {}: {}", what, a4w4_status_string(status), a4w4_last_error_message()));
 }
 
 struct DeviceAllocation {
@@ -159,7 +159,8 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
   const double set_bytes = (s.m + s.n) * (s.k / 2.0 + s.k / 32.0) + s.m * s.n * out_size;
   const int sets = rotation_sets(set_bytes, facts);
   std::vector<Fp4Set> operands(sets);
-  const FillKind scale_kind = options.wide_scales ? FillKind::kWideScales : FillKind::kTypicalScales;
+  const FillKind scale_kind =
+      options.wide_scales ? FillKind::kWideScales : FillKind::kTypicalScales;
   for (int i = 0; i < sets; ++i) {
     Fp4Set& o = operands[i];
     o.a = std::make_unique<DeviceAllocation>(s.m * s.k / 2);
@@ -230,13 +231,13 @@ double time_cublas_bf16(const Shape& s, const GpuDeviceFacts& facts, const GpuBe
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major D[M,N] = A[M,K] B[N,K]^T is column-major D^T[N,M] = B^T... : op(B) = T, op(A) = N.
   auto enqueue = [&](cudaStream_t, int i) {
-    cublas_check(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n),
-                              static_cast<int>(s.m), static_cast<int>(s.k), &alpha,
-                              b[i % sets]->ptr, CUDA_R_16BF, static_cast<int>(s.k),
-                              a[i % sets]->ptr, CUDA_R_16BF, static_cast<int>(s.k), &beta,
-                              d[i % sets]->ptr, CUDA_R_16BF, static_cast<int>(s.n),
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx");
+    cublas_check(
+        cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(s.m),
+                     static_cast<int>(s.k), &alpha, b[i % sets]->ptr, CUDA_R_16BF,
+                     static_cast<int>(s.k), a[i % sets]->ptr, CUDA_R_16BF, static_cast<int>(s.k),
+                     &beta, d[i % sets]->ptr, CUDA_R_16BF, static_cast<int>(s.n),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
   };
   const double us = time_calls(enqueue, stream, options);
   cublasDestroy(handle);
@@ -299,8 +300,8 @@ double time_cublaslt_fp8(const Shape& shape, const GpuDeviceFacts& facts,
   const float alpha = 1.0f, beta = 0.0f;
   auto enqueue = [&](cudaStream_t st, int i) {
     cublas_check(cublasLtMatmul(handle, desc, &alpha, b[i % sets]->ptr, la, a[i % sets]->ptr, lb,
-                                &beta, d[i % sets]->ptr, lc, d[i % sets]->ptr, lc,
-                                &heuristic.algo, workspace.ptr, kCublasWorkspace, st),
+                                &beta, d[i % sets]->ptr, lc, d[i % sets]->ptr, lc, &heuristic.algo,
+                                workspace.ptr, kCublasWorkspace, st),
                  "cublasLtMatmul");
   };
   const double us = time_calls(enqueue, stream, options);
@@ -432,11 +433,13 @@ std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDev
     auto ratio = [&](double base) {
       return base > 0 ? fmt::format("{:.2f}×", base / r.a4w4_us) : std::string("—");
     };
-    out += fmt::format("| {}×{}×{} | {}{} | {:.1f} | {} | {:.1f} | {:.0f} | {:.0f}% | {:.1f} | {} | {} | {} | {} |\n",
-                       r.shape.m, r.shape.n, r.shape.k, r.shape.label, r.notes, r.a4w4_us,
-                       opt(r.a4w4_plain_us), r.flops / (r.a4w4_us * 1e-6) / 1e12, gbps,
-                       100.0 * gbps / facts.copy_gbps, r.floor_us, opt(r.cublas_bf16_us),
-                       opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us), ratio(r.cublaslt_fp8_us));
+    out += fmt::format(
+        "| {}×{}×{} | {}{} | {:.1f} | {} | {:.1f} | {:.0f} | {:.0f}% | {:.1f} | {} | {} | {} | {} "
+        "|\n",
+        r.shape.m, r.shape.n, r.shape.k, r.shape.label, r.notes, r.a4w4_us, opt(r.a4w4_plain_us),
+        r.flops / (r.a4w4_us * 1e-6) / 1e12, gbps, 100.0 * gbps / facts.copy_gbps, r.floor_us,
+        opt(r.cublas_bf16_us), opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us),
+        ratio(r.cublaslt_fp8_us));
   }
   if (std::any_of(rows.begin(), rows.end(),
                   [](const GpuBenchRow& r) { return r.heuristic_us > 0; })) {

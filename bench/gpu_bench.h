@@ -34,7 +34,7 @@ struct GpuBenchRow {
   std::string kernel;   // what ran: "name[/split] (explicit|tuned|heuristic)"
   std::string heuristic_kernel;  // with compare_heuristic: the heuristic's choice and its time
   double heuristic_us = 0;
-  std::string notes;    // baselines that could not run
+  std::string notes;  // baselines that could not run
 };
 
 struct GpuDeviceFacts {

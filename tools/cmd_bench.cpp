@@ -87,10 +87,12 @@ void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shap
     for (auto& v : as) v = static_cast<uint8_t>(120 + rng() % 16);
     for (auto& v : bs) v = static_cast<uint8_t>(120 + rng() % 16);
     const a4w4_device cpu = a4w4_cpu();
-    const a4w4_tensor ta = a4w4_tensor_2d(a.data(), A4W4_DTYPE_E2M1, shape.m, shape.k, shape.k, cpu);
+    const a4w4_tensor ta =
+        a4w4_tensor_2d(a.data(), A4W4_DTYPE_E2M1, shape.m, shape.k, shape.k, cpu);
     const a4w4_tensor tas =
         a4w4_tensor_2d(as.data(), A4W4_DTYPE_E8M0, shape.m, shape.k / 32, shape.k / 32, cpu);
-    const a4w4_tensor tb = a4w4_tensor_2d(b.data(), A4W4_DTYPE_E2M1, shape.n, shape.k, shape.k, cpu);
+    const a4w4_tensor tb =
+        a4w4_tensor_2d(b.data(), A4W4_DTYPE_E2M1, shape.n, shape.k, shape.k, cpu);
     const a4w4_tensor tbs =
         a4w4_tensor_2d(bs.data(), A4W4_DTYPE_E8M0, shape.n, shape.k / 32, shape.k / 32, cpu);
     const a4w4_tensor td = a4w4_tensor_2d(d.data(), A4W4_DTYPE_F32, shape.m, shape.n, shape.n, cpu);
@@ -118,8 +120,8 @@ void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shap
     };
     const std::string kernel = chosen(context, operands, options);
     const double median = median_us(context);
-    const double bytes = (shape.m + shape.n) * (shape.k / 2.0 + shape.k / 32.0) +
-                         4.0 * shape.m * shape.n;
+    const double bytes =
+        (shape.m + shape.n) * (shape.k / 2.0 + shape.k / 32.0) + 4.0 * shape.m * shape.n;
     std::string comparison;
     if (s.compare_heuristic) {
       const std::string heuristic = chosen(plain, operands, options);
@@ -159,10 +161,11 @@ void run_bench(const BenchSettings& s) {
     fmt::print(stderr, "measuring the device-to-device copy bandwidth...\n");
     const bench::GpuDeviceFacts facts = bench::measure_device(options);
     const auto rows = bench::run_gpu_gemm_bench(shapes, options, facts, show_progress);
-    fmt::print("device: {} (L2 {:.0f} MiB), copy bandwidth {:.0f} GB/s (bytes read + written); "
-               "D in {}; block scales {}; median of {} graph replays per figure\n\n",
-               facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype,
-               s.wide_scales ? "wide (120..135)" : "typical (125..127)", s.samples);
+    fmt::print(
+        "device: {} (L2 {:.0f} MiB), copy bandwidth {:.0f} GB/s (bytes read + written); "
+        "D in {}; block scales {}; median of {} graph replays per figure\n\n",
+        facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype,
+        s.wide_scales ? "wide (120..135)" : "typical (125..127)", s.samples);
     fmt::print("{}", bench::format_gemm_table(rows, facts));
     if (s.quantize) {
       std::vector<bench::QuantizeBenchRow> q = {
@@ -189,8 +192,9 @@ void add_bench_command(CLI::App& app) {
   std::vector<std::string> presets = bench::preset_names();
   command->add_option("--preset", settings->preset, "Built-in shape list (default: targets)")
       ->check(CLI::IsMember(presets));
-  command->add_option("--shapes", settings->shapes_file,
-                      "Shape file: one 'M N K [label]' or 'MxNxK [label]' per line")
+  command
+      ->add_option("--shapes", settings->shapes_file,
+                   "Shape file: one 'M N K [label]' or 'MxNxK [label]' per line")
       ->check(CLI::ExistingFile);
   command->add_option("-m", settings->ms, "Replace the M values of the shapes (a list)")
       ->check(CLI::PositiveNumber)

@@ -25,6 +25,7 @@ columns by whole blocks work without a copy); anything else is refused with the 
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, NamedTuple
 
@@ -75,6 +76,7 @@ __all__ = [
     "backends",
     "default_context",
     "dequantize",
+    "device_tuning_key",
     "gemm",
     "kernels",
     "pack_fp4",
@@ -95,8 +97,24 @@ class BackendInfo(NamedTuple):
 
 
 class KernelInfo(NamedTuple):
+    """A registered GEMM kernel (a4w4_kernel_describe): its name (for ``gemm(kernel=)``), backend,
+    path ("cpu", "decode", "bf16", "fp8", "generic"), the D tile one CTA computes and its K step
+    (0: adaptive), the largest split_k it takes (0: any), whether split-K partitions run in
+    parallel, whether it picks its own split for split_k=0, the M range (max_m 0: unbounded) and
+    what else it checks."""
+
     name: str
     backend: str
+    path: str = ""
+    tile_m: int = 0
+    tile_n: int = 0
+    tile_k: int = 0
+    max_split_k: int = 0
+    split_k_parallel: bool = False
+    auto_split_k: bool = False
+    min_m: int = 1
+    max_m: int = 0
+    constraints: str = ""
 
 
 class PreparedWeight:
@@ -122,12 +140,40 @@ class Context:
     "cuda") and the CPU thread count (0: one per hardware thread). Thread-safe; the module-level
     functions use :func:`default_context`. Methods mirror the module functions."""
 
-    def __init__(self, *, backend: str = "auto", num_threads: int = 0) -> None:
+    def __init__(
+        self, *, backend: str = "auto", num_threads: int = 0, tuned: str | None = None
+    ) -> None:
         self._ctx = _core.Context()
         if backend != "auto":
             self._ctx.backend = backend
         if num_threads:
             self._ctx.num_threads = num_threads
+        if tuned is not None:
+            self.load_tuned(tuned)
+
+    def load_tuned(self, path: str | os.PathLike[str]) -> None:
+        """Loads a tuned-kernel configuration (CSV, docs/kernels-and-tuning.md) for the GEMMs of
+        this context, replacing any loaded before. A malformed file raises ConfigError
+        ("file:line: what is wrong") and keeps the previous configuration; entries naming an
+        unknown or inapplicable kernel are skipped with a warning (:attr:`tuned_warnings`);
+        entries for other devices are ignored. The environment variable A4W4_TUNED_CONFIG is
+        read when a context is created."""
+        self._ctx.load_tuned(os.fspath(path))
+
+    def clear_tuned(self) -> None:
+        """Drops the tuned configuration: the heuristic chooses from then on."""
+        self._ctx.clear_tuned()
+
+    @property
+    def tuned_entries(self) -> int:
+        """Entries of the loaded configuration for this machine's devices (skipped entries
+        included: :attr:`tuned_warnings` names them); other devices' entries are not counted."""
+        return self._ctx.tuned_entries
+
+    @property
+    def tuned_warnings(self) -> list[str]:
+        """Warnings recorded for the loaded configuration (skipped entries, by file:line)."""
+        return self._ctx.tuned_warnings
 
     @property
     def backend(self) -> str:
@@ -374,9 +420,19 @@ def backends() -> dict[str, BackendInfo]:
     }
 
 
+def device_tuning_key(device: str = "cpu") -> tuple[str, int]:
+    """The (name, multiprocessor count) that tuned-configuration entries for ``device`` ("cpu",
+    "cuda" or "cuda:N") carry in their device and sm_count columns: ("cpu", hardware threads) on
+    the CPU, ("NVIDIA H200", 132) on an H200."""
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda"):
+        raise InvalidArgumentError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {device!r}", 1)
+    return _core.device_tuning_key(1 if kind == "cpu" else 2, int(index or 0))
+
+
 def kernels() -> list[KernelInfo]:
     """The registered GEMM kernels, in the order a4w4 tries them (names for ``gemm(kernel=)``)."""
-    return [KernelInfo(name, backend) for name, backend in _core.kernels()]
+    return [KernelInfo(*k) for k in _core.kernels()]
 
 
 def pack_fp4(codes: Any) -> Any:

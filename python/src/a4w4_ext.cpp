@@ -228,6 +228,31 @@ class Context {
     return n;
   }
   void set_num_threads(int n) { check(a4w4_context_set_num_threads(get(), n)); }
+  void load_tuned(const std::string& path) {
+    a4w4_status status;
+    {  // reading and checking the file can take a while; the error is raised with the GIL held
+      nb::gil_scoped_release release;
+      status = a4w4_context_load_tuned(get(), path.c_str());
+    }
+    check(status);
+  }
+  void clear_tuned() { check(a4w4_context_clear_tuned(get())); }
+  int tuned_entries() const {
+    int entries = 0;
+    check(a4w4_context_tuned_count(get(), &entries, nullptr));
+    return entries;
+  }
+  std::vector<std::string> tuned_warnings() const {
+    int count = 0;
+    check(a4w4_context_tuned_count(get(), nullptr, &count));
+    std::vector<std::string> out;
+    for (int i = 0; i < count; ++i) {
+      char buf[1024] = {};
+      check(a4w4_context_tuned_warning(get(), i, buf, sizeof buf));
+      out.emplace_back(buf);
+    }
+    return out;
+  }
 
  private:
   a4w4_context ctx_ = nullptr;
@@ -401,16 +426,34 @@ std::tuple<std::vector<int64_t>, std::tuple<int, int, int>, int, int> dlpack_inf
   return {shape, {dt.code, dt.bits, dt.lanes}, arr.device_type(), arr.device_id()};
 }
 
-std::vector<std::pair<std::string, std::string>> kernels() {
-  std::vector<std::pair<std::string, std::string>> out;
+// Each registered kernel as (name, backend, path, tile_m, tile_n, tile_k, max_split_k,
+// split_k_parallel, auto_split_k, min_m, max_m, constraints), from a4w4_kernel_describe.
+using KernelTuple = std::tuple<std::string, std::string, std::string, int, int, int, int, bool,
+                               bool, int64_t, int64_t, std::string>;
+std::vector<KernelTuple> kernels() {
+  std::vector<KernelTuple> out;
   const int count = a4w4_kernel_count();
   for (int i = 0; i < count; ++i) {
-    const char* name = nullptr;
-    a4w4_backend backend{};
-    check(a4w4_kernel_info(i, &name, &backend));
-    out.emplace_back(name, a4w4_backend_name(backend));
+    a4w4_kernel_properties k{};
+    k.struct_size = sizeof k;
+    check(a4w4_kernel_describe(i, &k));
+    out.emplace_back(k.name, a4w4_backend_name(k.backend), a4w4_kernel_path_name(k.path), k.tile_m,
+                     k.tile_n, k.tile_k, k.max_split_k, k.split_k_parallel != 0,
+                     k.auto_split_k != 0, k.min_m, k.max_m,
+                     k.constraints != nullptr ? k.constraints : "");
   }
   return out;
+}
+
+// The (name, multiprocessor count) a tuned configuration keys this device by.
+std::pair<std::string, int> device_tuning_key(int device_type, int ordinal) {
+  a4w4_device dev;
+  dev.type = static_cast<a4w4_device_type>(device_type);
+  dev.ordinal = ordinal;
+  char buf[256] = {};
+  int count = 0;
+  check(a4w4_device_tuning_key(dev, buf, sizeof buf, &count));
+  return {buf, count};
 }
 
 std::string device_describe(int device_type, int ordinal) {
@@ -440,7 +483,11 @@ NB_MODULE(_core, m) {
       .def("close", &Context::close)
       .def_prop_ro("closed", &Context::closed)
       .def_prop_rw("backend", &Context::backend, &Context::set_backend)
-      .def_prop_rw("num_threads", &Context::num_threads, &Context::set_num_threads);
+      .def_prop_rw("num_threads", &Context::num_threads, &Context::set_num_threads)
+      .def("load_tuned", &Context::load_tuned, nb::arg("path"))
+      .def("clear_tuned", &Context::clear_tuned)
+      .def_prop_ro("tuned_entries", &Context::tuned_entries)
+      .def_prop_ro("tuned_warnings", &Context::tuned_warnings);
 
   m.def("quantize", &quantize, nb::arg("ctx"), nb::arg("x"), nb::arg("x_as"), nb::arg("q"),
         nb::arg("scale"), nb::arg("mode"), nb::arg("stream"));
@@ -469,6 +516,7 @@ NB_MODULE(_core, m) {
       nb::arg("name"));
   m.def("device_count", &device_count, nb::arg("backend"));
   m.def("device_describe", &device_describe, nb::arg("device_type"), nb::arg("ordinal"));
+  m.def("device_tuning_key", &device_tuning_key, nb::arg("device_type"), nb::arg("ordinal"));
   m.def(
       "status_string",
       [](int status) { return std::string(a4w4_status_string(static_cast<a4w4_status>(status))); },

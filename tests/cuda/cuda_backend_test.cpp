@@ -45,7 +45,9 @@ class DeviceBuffer {
   size_t bytes_;
 };
 
-size_t dtype_size(a4w4_dtype dtype) { return dtype == A4W4_DTYPE_F32 ? 4 : 2; }
+size_t dtype_size(a4w4_dtype dtype) {
+  return dtype == A4W4_DTYPE_F32 ? 4 : 2;
+}
 
 class CudaBackend : public ::testing::Test {
  protected:
@@ -222,7 +224,8 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   const bool generic = (c.kernel != nullptr && std::string(c.kernel) == "cuda.generic") ||
                        (c.kernel == nullptr && c.m > 64);
   const bool bitwise = c.split_k != 0 && generic;
-  const double tolerance = c.out == A4W4_DTYPE_F32 ? 1e-6 : (c.out == A4W4_DTYPE_BF16 ? 4e-3 : 2e-3);
+  const double tolerance =
+      c.out == A4W4_DTYPE_F32 ? 1e-6 : (c.out == A4W4_DTYPE_BF16 ? 4e-3 : 2e-3);
   const size_t elem = dtype_size(c.out);
   int64_t mismatches = 0, pad_written = 0;
   double diff2 = 0, ref2 = 0;
@@ -248,7 +251,7 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
           return static_cast<double>(f);
         }
         const int e = (h >> 10) & 0x1F, man = h & 0x3FF;
-        double mag = e == 0 ? std::ldexp(man, -24)
+        double mag = e == 0    ? std::ldexp(man, -24)
                      : e == 31 ? (man ? NAN : INFINITY)
                                : std::ldexp(1024 + man, e - 25);
         return (h & 0x8000) ? -mag : mag;
@@ -284,8 +287,10 @@ TEST_F(CudaBackend, GemmMatchesReferenceAcrossShapesAndEpilogues) {
     for (int64_t n : ns)
       for (int64_t k : ks) {
         const int v = index++;
-        GemmCase c{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, (v / 2) % 3, v % 5 == 0,
-                   (v % 7 == 0) ? 0 : 1 + v % 3, nullptr, 0};
+        GemmCase c{m,           n,          k,
+                   outs[v % 3], v % 2 == 0, v % 3 != 1,
+                   (v / 2) % 3, v % 5 == 0, (v % 7 == 0) ? 0 : 1 + v % 3,
+                   nullptr,     0};
         if (c.split_k > k / 32) c.split_k = static_cast<int>(k / 32);
         run_case(ctx_, rng_, c);
         if (HasFatalFailure()) return;
@@ -297,9 +302,9 @@ TEST_F(CudaBackend, EveryKernelOnStridedAndPreparedOperands) {
     for (bool prepared : {false, true}) {
       for (int split : {1, 2, 3, 8}) {
         // pad 32 keeps 16-byte alignment (decode applies); pad 2 breaks it (generic only).
-        run_case(ctx_, rng_,
-                 GemmCase{5, 131, 2048, A4W4_DTYPE_BF16, true, true, true, prepared, split, kernel,
-                          32});
+        run_case(
+            ctx_, rng_,
+            GemmCase{5, 131, 2048, A4W4_DTYPE_BF16, true, true, true, prepared, split, kernel, 32});
         run_case(ctx_, rng_,
                  GemmCase{48, 200, 1024, A4W4_DTYPE_F32, false, true, true, prepared, split, kernel,
                           32});
@@ -398,7 +403,8 @@ std::vector<float> adversarial_floats(std::mt19937_64& rng, size_t count) {
     const int k = kind(rng);
     const int base = exponent(rng);
     for (size_t i = 0; i < 32; ++i) {
-      float v = std::ldexp(mant(rng), std::max(-149, std::min(127, base - static_cast<int>(rng() % 12))));
+      float v =
+          std::ldexp(mant(rng), std::max(-149, std::min(127, base - static_cast<int>(rng() % 12))));
       if (rng() & 1) v = -v;
       if (k == 0) v = (i % 2) ? -0.0f : 0.0f;
       if (k == 1 && i == 7) v = NAN;
@@ -428,7 +434,8 @@ uint16_t to_f16(float f) {  // round to nearest even, enough for making test inp
   const float a = std::fabs(f);
   if (std::isnan(f)) return sign | 0x7E00;
   if (a >= 65520.0f) return sign | 0x7C00;
-  if (a < std::ldexp(1.0f, -14)) return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  if (a < std::ldexp(1.0f, -14))
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
   int e;
   const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
   int man = static_cast<int>(std::nearbyint(m * 2048.0f)) - 1024;
@@ -450,8 +457,8 @@ TEST_F(CudaBackend, QuantizeIsBitIdenticalToTheReference) {
           if (dtype == A4W4_DTYPE_F32) {
             std::memcpy(&x[4 * i], &values[i], 4);
           } else {
-            const uint16_t h = dtype == A4W4_DTYPE_BF16 ? to_bf16_truncating(values[i])
-                                                        : to_f16(values[i]);
+            const uint16_t h =
+                dtype == A4W4_DTYPE_BF16 ? to_bf16_truncating(values[i]) : to_f16(values[i]);
             std::memcpy(&x[2 * i], &h, 2);
           }
         }

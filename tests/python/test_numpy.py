@@ -246,3 +246,42 @@ def test_dlpack_float4_e2m1fn_operands_count_elements():
     np.testing.assert_array_equal(np.from_dlpack(y), a4w4.dequantize(q_ref, s_ref))
     d = a4w4.gemm(q, s, q_ref, s_ref)
     np.testing.assert_array_equal(np.from_dlpack(d), a4w4.gemm(q_ref, s_ref, q_ref, s_ref))
+
+
+def test_kernel_metadata():
+    by_name = {k.name: k for k in a4w4.kernels()}
+    ref = by_name["cpu.reference"]
+    assert ref.backend == "cpu" and ref.path == "cpu" and ref.min_m == 1
+    assert isinstance(ref.constraints, str)
+    if "cuda.decode" in by_name:
+        decode = by_name["cuda.decode"]
+        assert decode.path == "decode" and decode.max_m == 64 and decode.auto_split_k
+
+
+def test_tuned_configuration(tmp_path):
+    name, count = a4w4.device_tuning_key("cpu")
+    assert name == "cpu" and count >= 1
+    header = "device,sm_count,M,N,K,kernel,split_k,us,tflops\n"
+    good = tmp_path / "tuned.csv"
+    good.write_text(
+        header
+        + f"{name},{count},2,64,64,cpu.reference,1,1.0,0.1\n"
+        + f"{name},{count},4,64,64,cpu.no_such_kernel,0,1.0,0.1\n"
+        + "Some GPU,99,2,64,64,cuda.decode,0,1.0,0.1\n"
+    )
+    a, a_s = quantized(2, 64, 1)
+    with a4w4.Context(backend="cpu", tuned=good) as ctx:
+        # Both entries for this machine count; the stale one is skipped with a warning naming it,
+        # the other device's entry is ignored.
+        assert ctx.tuned_entries == 2
+        assert len(ctx.tuned_warnings) == 1 and "cpu.no_such_kernel" in ctx.tuned_warnings[0]
+        d = ctx.gemm(a, a_s, a, a_s)
+        np.testing.assert_array_equal(d, a4w4.gemm(a, a_s, a, a_s, kernel="cpu.reference"))
+        ctx.clear_tuned()
+        assert ctx.tuned_entries == 0 and ctx.tuned_warnings == []
+        bad = tmp_path / "bad.csv"
+        bad.write_text(header + f"{name},{count},two,64,64,cpu.reference,1,1.0,0.1\n")
+        with pytest.raises(a4w4.ConfigError, match=r"bad\.csv:2"):
+            ctx.load_tuned(bad)
+    with pytest.raises(a4w4.InvalidArgumentError, match="device"):
+        a4w4.device_tuning_key("tpu")

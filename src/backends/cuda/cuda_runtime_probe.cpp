@@ -14,7 +14,9 @@ namespace a4w4::cuda {
 
 #if A4W4_WITH_CUDA
 
-bool compiled() { return true; }
+bool compiled() {
+  return true;
+}
 
 int device_count() {
   // Asked once: the answer does not change while the process runs, and the first call into the
@@ -57,9 +59,9 @@ const DeviceInfo& device_info(int ordinal) {
   std::call_once(once[ordinal], [&] {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
-    infos[ordinal] = DeviceInfo{prop.multiProcessorCount, prop.major, prop.minor,
-                                prop.sharedMemPerBlockOptin,
-                                DeviceIdentity{prop.name, prop.multiProcessorCount}};
+    infos[ordinal] =
+        DeviceInfo{prop.multiProcessorCount, prop.major, prop.minor, prop.sharedMemPerBlockOptin,
+                   DeviceIdentity{prop.name, prop.multiProcessorCount}};
   });
   return infos[ordinal];
 }
@@ -84,8 +86,8 @@ void check_pointer(const void* ptr, a4w4_device device, const char* name) {
   }
   if (!device_memory && !managed)
     fail(A4W4_ERROR_DEVICE_MISMATCH,
-         "{}: the descriptor says cuda:{}, but the data is not device memory (host pointer?)",
-         name, device.ordinal);
+         "{}: the descriptor says cuda:{}, but the data is not device memory (host pointer?)", name,
+         device.ordinal);
   if (device_memory && attributes.device != device.ordinal)
     fail(A4W4_ERROR_DEVICE_MISMATCH,
          "{}: the descriptor says cuda:{}, but the data lives on cuda:{}", name, device.ordinal,
@@ -104,12 +106,18 @@ std::string describe_device(int ordinal) {
                      static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
 }
 
-const DeviceIdentity& device_identity(int ordinal) { return device_info(ordinal).identity; }
+const DeviceIdentity& device_identity(int ordinal) {
+  return device_info(ordinal).identity;
+}
 
 #else
 
-bool compiled() { return false; }
-int device_count() { return 0; }
+bool compiled() {
+  return false;
+}
+int device_count() {
+  return 0;
+}
 std::string describe_device(int) {
   fail(A4W4_ERROR_BACKEND_NOT_COMPILED, "device: this build of a4w4 has no CUDA backend");
 }

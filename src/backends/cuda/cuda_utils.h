@@ -15,7 +15,9 @@ namespace a4w4::cuda {
 void check_cuda(cudaError_t err, const char* what);
 
 // Checks that the last kernel launch was accepted.
-inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+inline void check_launch(const char* kernel) {
+  check_cuda(cudaGetLastError(), kernel);
+}
 
 // Makes `ordinal` the current device for the scope, restoring the caller's afterwards.
 class DeviceGuard {

@@ -9,28 +9,28 @@
 //
 // Weights cost about one instruction per element to turn into MMA operands: a byte permute (PRMT)
 // looks four E2M1 codes up at once in a table of doubled magnitudes {0,1,2,3,4,6,8,12}, and its
-// sign mode returns 0 for the negative codes. So one PRMT gives the positive part w+ of four weights
-// and a second, on the codes with their sign bits flipped, the negative part w- (as unsigned
-// magnitudes), and w = w+ - w- is multiplied as two MMAs: w+ . a + w- . (-a). The activations (and
-// their negations) are converted once per CTA into shared memory.
+// sign mode returns 0 for the negative codes. So one PRMT gives the positive part w+ of four
+// weights and a second, on the codes with their sign bits flipped, the negative part w- (as
+// unsigned magnitudes), and w = w+ - w- is multiplied as two MMAs: w+ . a + w- . (-a). The
+// activations (and their negations) are converted once per CTA into shared memory.
 //
 // Block scales are folded into the int8 operands so that one chain of MMAs sums a whole K tile:
-// inside a tile, each row's blocks are shifted by d = scale - (the row's smallest scale in the tile)
-// when every d <= 3 (|2 * E2M1| * 2^3 = 96 fits int8 and stays below the PRMT sign bit). The tile sum
-// (|sum| <= 128 * 96 * 96 < 2^24, exact in int32 and in fp32) is then scaled once by
-// 2^(base_a + base_b - 256) and added to an fp32 accumulator. Tiles whose scales spread wider, contain
-// NaN, or would leave fp32's normal range take an exact per-block path in double (rare, decided per
-// warp, tile and 8 activation rows).
+// inside a tile, each row's blocks are shifted by d = scale - (the row's smallest scale in the
+// tile) when every d <= 3 (|2 * E2M1| * 2^3 = 96 fits int8 and stays below the PRMT sign bit). The
+// tile sum (|sum| <= 128 * 96 * 96 < 2^24, exact in int32 and in fp32) is then scaled once by
+// 2^(base_a + base_b - 256) and added to an fp32 accumulator. Tiles whose scales spread wider,
+// contain NaN, or would leave fp32's normal range take an exact per-block path in double (rare,
+// decided per warp, tile and 8 activation rows).
 //
-// Split-K: the CTAs of one cluster take contiguous K partitions (split_k's block partitions); rank 0
-// adds their sums in order through distributed shared memory and writes D (alpha, beta*C, bias, one
-// rounding).
+// Split-K: the CTAs of one cluster take contiguous K partitions (split_k's block partitions); rank
+// 0 adds their sums in order through distributed shared memory and writes D (alpha, beta*C, bias,
+// one rounding).
 //
-// Fragment order: lane (g, t) holds elements [8t, 8t + 8) of a block of weight rows g and g + 8 (one
-// 4-byte word each, low nibble first): elements 8t..8t+3 go to k slots 4t..4t+3 of the m16n8k32 MMA
-// and 8t+4..8t+7 to 16+4t..16+4t+3. The activations use the same order, so each block's dot product
-// is unchanged. The prepared layout stores exactly these words (copied with 16-byte copies); a plain
-// B is scattered into the same order with 4-byte copies.
+// Fragment order: lane (g, t) holds elements [8t, 8t + 8) of a block of weight rows g and g + 8
+// (one 4-byte word each, low nibble first): elements 8t..8t+3 go to k slots 4t..4t+3 of the
+// m16n8k32 MMA and 8t+4..8t+7 to 16+4t..16+4t+3. The activations use the same order, so each
+// block's dot product is unchanged. The prepared layout stores exactly these words (copied with
+// 16-byte copies); a plain B is scattered into the same order with 4-byte copies.
 #include <cooperative_groups.h>
 
 #include "backends/cuda/cuda_backend.h"
@@ -58,7 +58,7 @@ constexpr int kMaxSplits = 8;  // portable cluster size
 constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
 // A slot: each group's 1024 bytes of codes, then each group's 16 rows x 4 blocks of scales.
 template <int kGroupCount>
-constexpr int kSlotBytes = kGroupCount * (1024 + 64);
+constexpr int kSlotBytes = (1024 + 64) * kGroupCount;
 
 // Largest per-block shift folded into the int8 operands (see above).
 constexpr uint32_t kMaxShift = 3;
@@ -107,15 +107,16 @@ __device__ __forceinline__ void wait_copies() {
 
 // Byte permute with the sign mode on: a selector nibble with bit 3 set yields 0x00 or 0xFF by the
 // sign of the selected byte (0x00 for every table here). Only the low 16 bits of `selector` count.
-[[maybe_unused]] __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
+[[maybe_unused]] __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi,
+                                                             uint32_t selector) {
   uint32_t out;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(selector));
   return out;
 }
 
 // D (4 x int32) += A (16x32 uint8, row) * B (32x8 int8, col), exact.
-[[maybe_unused]] __device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
+[[maybe_unused]] __device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4],
+                                                          uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -132,30 +133,35 @@ __device__ __forceinline__ void wait_copies() {
 struct WeightBlock {
   uint32_t positive[4], negative[4];
 };
-[[maybe_unused]] __device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo, uint32_t table_hi,
-                                          uint32_t& pos_first, uint32_t& pos_second,
-                                          uint32_t& neg_first, uint32_t& neg_second) {
+[[maybe_unused]] __device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo,
+                                                           uint32_t table_hi, uint32_t& pos_first,
+                                                           uint32_t& pos_second,
+                                                           uint32_t& neg_first,
+                                                           uint32_t& neg_second) {
   const uint32_t flipped = codes ^ 0x88888888u;
   pos_first = permute(table_lo, table_hi, codes);
   pos_second = permute(table_lo, table_hi, codes >> 16);
   neg_first = permute(table_lo, table_hi, flipped);
   neg_second = permute(table_lo, table_hi, flipped >> 16);
 }
-[[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h, uint32_t shift_g,
-                                                    uint32_t shift_h) {
+[[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h,
+                                                                     uint32_t shift_g,
+                                                                     uint32_t shift_h) {
   WeightBlock w;
-  split_row(row_g, kMagnitudesLo << shift_g, kMagnitudesHi << shift_g, w.positive[0],
-            w.positive[2], w.negative[0], w.negative[2]);
-  split_row(row_h, kMagnitudesLo << shift_h, kMagnitudesHi << shift_h, w.positive[1],
-            w.positive[3], w.negative[1], w.negative[3]);
+  split_row(row_g, kMagnitudesLo << shift_g, kMagnitudesHi << shift_g, w.positive[0], w.positive[2],
+            w.negative[0], w.negative[2]);
+  split_row(row_h, kMagnitudesLo << shift_h, kMagnitudesHi << shift_h, w.positive[1], w.positive[3],
+            w.negative[1], w.negative[3]);
   return w;
 }
 
 // Whether the tile sums of a warp can be scaled and accumulated in fp32 without leaving its normal
 // range: 2^(ea - 127) and 2^(eb - 129) normal, the smallest nonzero term 2^(ea + eb - 256) at least
 // 2^-126, and 2^24 tiles of the largest (|sum| < 2^20.2) below 2^127.
-[[maybe_unused]] __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
-                                                       uint32_t b_hi) {
+[[maybe_unused]] __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo,
+                                                                        uint32_t a_hi,
+                                                                        uint32_t b_lo,
+                                                                        uint32_t b_hi) {
   return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
 }
 
@@ -171,7 +177,8 @@ struct ActivationBlocks {
 template <int kNTiles>
 __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t chunk_block0,
                                                  int64_t block_begin, int64_t block_end,
-                                                 bool vector_loads, ActivationBlocks<kNTiles>& out) {
+                                                 bool vector_loads,
+                                                 ActivationBlocks<kNTiles>& out) {
   using Shape = ChunkShape<kNTiles>;
   const int warp = threadIdx.x / 32, r = (threadIdx.x % 32) / 4, j = threadIdx.x % 4;
 #pragma unroll
@@ -202,13 +209,14 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t c
 template <int kNTiles>
 struct Stage {
   using Shape = ChunkShape<kNTiles>;
-  uint8_t* values;     // [row][Shape::kRowBytes]
-  uint8_t* exponent;   // [row][block]: the exponent e of the stored values (value * 2^(e - 128))
-  float* factor;       // [tile][row]: 2^(e - 127) of a folded (row, tile)
-  uint32_t* summary;   // [tile][n tile]: min e | max e << 8 | all rows folded << 16
+  uint8_t* values;    // [row][Shape::kRowBytes]
+  uint8_t* exponent;  // [row][block]: the exponent e of the stored values (value * 2^(e - 128))
+  float* factor;      // [tile][row]: 2^(e - 127) of a folded (row, tile)
+  uint32_t* summary;  // [tile][n tile]: min e | max e << 8 | all rows folded << 16
   static constexpr int kBytes =
       (Shape::kRows * (Shape::kRowBytes + Shape::kBlocks + 4 * Shape::kTiles) +
-       4 * Shape::kTiles * kNTiles + 15) / 16 * 16;
+       4 * Shape::kTiles * kNTiles + 15) /
+      16 * 16;
   __device__ explicit Stage(uint8_t* base)
       : values(base),
         exponent(base + Shape::kRows * Shape::kRowBytes),
@@ -218,9 +226,10 @@ struct Stage {
 };
 
 // Four E2M1 codes (low 16 bits) -> four int8 2 * value * 2^shift and their negations.
-[[maybe_unused]] __device__ __forceinline__ void signed_values(uint32_t codes, uint32_t pos_lo, uint32_t pos_hi,
-                                              uint32_t neg_lo, uint32_t neg_hi, uint32_t& value,
-                                              uint32_t& negated) {
+[[maybe_unused]] __device__ __forceinline__ void signed_values(uint32_t codes, uint32_t pos_lo,
+                                                               uint32_t pos_hi, uint32_t neg_lo,
+                                                               uint32_t neg_hi, uint32_t& value,
+                                                               uint32_t& negated) {
   const uint32_t index = codes & 0x7777u;
   const uint32_t positive = permute(pos_lo, pos_hi, index);
   const uint32_t negative = permute(neg_lo, neg_hi, index);
@@ -294,7 +303,7 @@ struct WeightSource {
   const uint8_t* scales = nullptr;       // the scale bytes this lane copies (if any)
   bool present[kGroupCount][2];          // plain: rows g and g + 8 of each group exist
   bool scale_present = true;
-  int scale_offset = -1;                 // where in the slot this lane's scale copy goes
+  int scale_offset = -1;  // where in the slot this lane's scale copy goes
 
   __device__ WeightSource(const GemmProblem& p, int64_t row0, int64_t tile_begin, int lane) {
     const int g = lane / 4, t = lane % 4;
@@ -314,8 +323,8 @@ struct WeightSource {
         for (int h = 0; h < 2; ++h) {
           const int64_t row = group_row0 + g + 8 * h;
           present[group][h] = row < p.n;
-          codes[group][h] =
-              p.b.data + (present[group][h] ? row : 0) * p.b.stride_bytes + (tile_begin * 4 + t) * 16;
+          codes[group][h] = p.b.data + (present[group][h] ? row : 0) * p.b.stride_bytes +
+                            (tile_begin * 4 + t) * 16;
         }
       }
     }
@@ -477,8 +486,8 @@ __device__ __forceinline__ void multiply_tile(const Stage<kNTiles>& act, int til
         mma_u8s8(sum[j & 1], folded[j].negative, v.z, v.w);
       }
       // Accumulator i: weight row g (+8 for i >= 2), activation row nt * 8 + 2t + (i & 1).
-      const float2 fa = *reinterpret_cast<const float2*>(
-          act.factor + tile_in_chunk * Shape::kRows + nt * 8 + 2 * t);
+      const float2 fa = *reinterpret_cast<const float2*>(act.factor + tile_in_chunk * Shape::kRows +
+                                                         nt * 8 + 2 * t);
       fast[nt][0] = fmaf(static_cast<float>(sum[0][0] + sum[1][0]), fa.x * fb[0], fast[nt][0]);
       fast[nt][1] = fmaf(static_cast<float>(sum[0][1] + sum[1][1]), fa.y * fb[0], fast[nt][1]);
       fast[nt][2] = fmaf(static_cast<float>(sum[0][2] + sum[1][2]), fa.x * fb[1], fast[nt][2]);
@@ -547,8 +556,8 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   load_activations<kNTiles>(p, tile_begin * 4, block_begin, block_end, vector_a, next_act);
   store_activations<kNTiles>(p, next_act, stage(0));
   if (Shape::kTiles < tiles)
-    load_activations<kNTiles>(p, (tile_begin + Shape::kTiles) * 4, block_begin, block_end,
-                              vector_a, next_act);
+    load_activations<kNTiles>(p, (tile_begin + Shape::kTiles) * 4, block_begin, block_end, vector_a,
+                              next_act);
   __syncthreads();
 
   // Tile sums go to fp32 accumulators where the scales allow it, else block partials go to
@@ -596,13 +605,12 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
       if (group >= groups_here) break;  // uniform
       double* group_exact = exact + group * kNTiles * 4;
       if (first_j == 0 && last_j == 4) {
-        multiply_tile<kNTiles, true>(act, tile_in_chunk, w0[group], w1[group], scales[group], 0,
-                                     4, row_exists[group], n_tiles_used, fast[group],
-                                     group_exact);
+        multiply_tile<kNTiles, true>(act, tile_in_chunk, w0[group], w1[group], scales[group], 0, 4,
+                                     row_exists[group], n_tiles_used, fast[group], group_exact);
       } else {
         multiply_tile<kNTiles, false>(act, tile_in_chunk, w0[group], w1[group], scales[group],
-                                      first_j, last_j, row_exists[group], n_tiles_used,
-                                      fast[group], group_exact);
+                                      first_j, last_j, row_exists[group], n_tiles_used, fast[group],
+                                      group_exact);
       }
     }
   }

@@ -56,7 +56,8 @@ __device__ __forceinline__ void load_block(const void* base, int64_t index, bool
     }
     return;
   }
-  const auto* raw = reinterpret_cast<const std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>*>(p);
+  const auto* raw =
+      reinterpret_cast<const std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>*>(p);
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     if constexpr (sizeof(T) == 4) {
@@ -125,8 +126,8 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeProblem p, b
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const float x = v.value(i);
-      const uint32_t code = magnitude_code<sizeof(T) == 4>(fabsf(x) * inverse) |
-                            ((__float_as_uint(x) >> 28) & 0x8u);
+      const uint32_t code =
+          magnitude_code<sizeof(T) == 4>(fabsf(x) * inverse) | ((__float_as_uint(x) >> 28) & 0x8u);
       packed[i / 8] |= code << (4 * (i % 8));
     }
   }
@@ -155,7 +156,8 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(DequantizeProblem 
       const uint32_t code = (q[i / 2] >> (4 * (i % 2))) & 0xFu;
       const auto doubled_magnitude = static_cast<int>(e2m1x4_to_s8x4(code & 0x7u) & 0xFFu);
       const double magnitude = doubled_magnitude * 0.5 * factor;
-      store_rounded(p.y_dtype, p.y, row * p.y_stride + col + i, (code & 0x8u) ? -magnitude : magnitude);
+      store_rounded(p.y_dtype, p.y, row * p.y_stride + col + i,
+                    (code & 0x8u) ? -magnitude : magnitude);
     }
   }
 }
