@@ -4,7 +4,7 @@
 #   log under $OUT. It uses a build made here by scripts/device-build.sh (carried as build-dev/)
 #   when that runs there, and otherwise builds on the device with the carried Debian packages in
 #   .deps/ (CLI11, fmt, GoogleTest headers and CMake files).
-# Usage there: bash scripts/device-run.sh [tests] [memcheck] [sass] [bench] (extra bench args via
+# Usage there: bash scripts/device-run.sh [tests] [probe] [memcheck] [sass] [bench] [wide] (extra bench args via
 #   BENCH_ARGS)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +48,10 @@ if [[ $steps == *tests* ]]; then
   ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 600 >"$OUT/ctest-cuda.log" 2>&1
   echo "ctest rc=$?" | tee -a "$OUT/summary.txt"
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/ctest-cuda.log" | tail -20 | tee -a "$OUT/summary.txt"
+fi
+if [[ $steps == *probe* ]]; then
+  log "wgmma probe (layouts, accumulation bits)"
+  "$BUILD/bench/a4w4_wgmma_probe" 2>&1 | tee -a "$OUT/summary.txt"
 fi
 if [[ $steps == *memcheck* ]]; then
   log "compute-sanitizer memcheck"

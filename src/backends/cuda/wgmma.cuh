@@ -1,0 +1,115 @@
+// Hopper warpgroup MMA (wgmma) building blocks for the sm_90a kernel families: shared-memory matrix
+// descriptors for K-major operands in the 128-byte swizzled layout (the layout TMA writes with
+// CU_TENSOR_MAP_SWIZZLE_128B), the swizzled address of an element, and the wgmma instructions with
+// both operands in shared memory. A warpgroup is 4 warps (128 threads) issuing together.
+//
+// Layout: an operand tile is R rows (M or N) of 128 bytes along K (64 bf16 or 128 8-bit values);
+// 8 rows form a 1024-byte swizzle atom in which the 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8). Atoms follow each other every 1024 bytes (the descriptor's stride byte offset); the
+// tile base is 1024-byte aligned. One wgmma consumes 32 bytes of K (k16 bf16, k32 8-bit): its
+// descriptor starts 32 * step bytes into the rows.
+//
+// Accumulators (m64nN): thread t of the warpgroup holds, for each 8-column block j, d[4j + 0, 1] =
+// D[16 w + g][8 j + 2 q + {0, 1}] and d[4j + 2, 3] = D[16 w + g + 8][8 j + 2 q + {0, 1}], with
+// w = t / 32, g = (t % 32) / 4, q = t % 4.
+#pragma once
+
+#include <cstdint>
+
+namespace a4w4::cuda::wgmma {
+
+inline constexpr int kSwizzleRowBytes = 128;
+inline constexpr int kSwizzleAtomBytes = 1024;
+
+// Byte offset of byte `byte` (0..127) of row `row` in a 128-byte swizzled tile.
+__host__ __device__ constexpr uint32_t swizzled_offset(uint32_t row, uint32_t byte) {
+  return (row / 8) * kSwizzleAtomBytes + (row % 8) * kSwizzleRowBytes +
+         (((byte / 16) ^ (row % 8)) * 16) + byte % 16;
+}
+
+// The 64-bit shared-memory matrix descriptor of a K-major, 128-byte swizzled operand starting at
+// shared address `address` (bytes; 1024-aligned tile base plus the K step's offset).
+__device__ __forceinline__ uint64_t descriptor(uint32_t address) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((address & 0x3FFFF) >> 4);      // start address, bits 0-13
+  d |= static_cast<uint64_t>(1) << 16;                       // leading byte offset: unused
+  d |= static_cast<uint64_t>(kSwizzleAtomBytes >> 4) << 32;  // stride byte offset
+  d |= static_cast<uint64_t>(1) << 62;                       // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Orders the warpgroup's register and shared-memory writes before the wgmmas that read them.
+__device__ __forceinline__ void fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+// Makes generic-proxy shared-memory stores (st.shared) visible to the async proxy wgmma reads with.
+__device__ __forceinline__ void fence_shared_for_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// D (64x8, fp32) (+)= A (64x16 bf16) * B (8x16 bf16)^T; accumulate = false starts from zero.
+__device__ __forceinline__ void mma_bf16_m64n8k16(float (&d)[4], uint64_t a, uint64_t b,
+                                                  bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, "
+      "0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
+// D (64x8, fp32) (+)= A (64x32 e4m3) * B (8x32 e4m3)^T.
+__device__ __forceinline__ void mma_e4m3_m64n8k32(float (&d)[4], uint64_t a, uint64_t b,
+                                                  bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
+// D (64x8, int32) (+)= A (64x32 s8) * B (8x32 s8)^T, exact.
+__device__ __forceinline__ void mma_s8_m64n8k32(int32_t (&d)[4], uint64_t a, uint64_t b,
+                                                bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0, %1, %2, %3}, %4, %5, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
+}  // namespace a4w4::cuda::wgmma
