@@ -44,7 +44,7 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 
 // Orders the warpgroup's register and shared-memory writes before the wgmmas that read them.
 __device__ __forceinline__ void fence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
@@ -55,13 +55,13 @@ __device__ __forceinline__ void fence_shared_for_async() {
 #endif
 }
 __device__ __forceinline__ void commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
 template <int kPending>
 __device__ __forceinline__ void wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
