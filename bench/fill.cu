@@ -6,6 +6,8 @@
 
 #include "fill.h"
 
+#include "block_scales.h"
+
 namespace a4w4::bench {
 namespace {
 
@@ -22,12 +24,12 @@ __global__ void fill_kernel(uint8_t* data, size_t bytes, uint64_t seed, FillKind
     const uint32_t h = hash(seed * 0x100000001B3ull + i);
     uint8_t v = static_cast<uint8_t>(h);
     switch (kind) {
-      case FillKind::kTypicalScales:  // E8M0 bytes 125..127
-        v = static_cast<uint8_t>(125 + (h & 0xFFFF) % 3);
+      case FillKind::kTypicalScales:
+      case FillKind::kWideScales: {
+        const ScaleRange range = kind == FillKind::kWideScales ? kWideScales : kTypicalScales;
+        v = static_cast<uint8_t>(range.first + (h & 0xFFFF) % range.count);
         break;
-      case FillKind::kWideScales:  // E8M0 bytes 120..135
-        v = static_cast<uint8_t>(120 + (h & 15));
-        break;
+      }
       case FillKind::kBf16:  // bf16 pairs: random sign and mantissa, exponent 2^-2..2^1
         v = (i & 1) ? static_cast<uint8_t>((h & 0x80) | (0x3E + (h >> 8) % 2)) : v;
         break;

@@ -8,9 +8,7 @@
 
 namespace a4w4::bench {
 
-// kTypicalScales: E8M0 bytes 125..127, the spread of block scales quantized from Gaussian-like
-// data (the |max| of 32 samples varies by about one binade); kWideScales: 120..135, which defeats
-// the decode kernel's scale folding and times its exact per-block path.
+// kTypicalScales / kWideScales: E8M0 bytes from block_scales.h's ranges.
 enum class FillKind { kBytes, kTypicalScales, kWideScales, kBf16, kE4m3 };
 
 // Fills bytes of device memory with data of the given kind (asynchronously on stream).

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "a4w4/a4w4.h"
+#include "block_scales.h"
 #include "commands.h"
 #include "common.h"
 #include "device_memory.h"
@@ -56,16 +57,16 @@ struct Candidate {
   double us = 0;  // 0: not measured (not applicable or wrong)
 };
 
-// Random E2M1 codes (every code) with the block scales a4w4 bench uses: typical, 125..127 (the
-// spread of scales quantized from Gaussian-like data, which the decode kernel folds), or wide,
-// 120..135 (its exact per-block path). Tuning on the data the choice will serve matters: the best
-// split differs between the two.
+// Random E2M1 codes (every code) with the block scales a4w4 bench uses (bench/block_scales.h):
+// typical, which the decode kernel folds, or wide (its exact per-block path). Tuning on the data
+// the choice will serve matters: the best split differs between the two.
 MxMatrix random_mx(std::mt19937_64& rng, int64_t rows, int64_t k, bool wide_scales) {
   MxMatrix op{rows, k, std::vector<uint8_t>(static_cast<size_t>(rows * k / 2)),
               std::vector<uint8_t>(static_cast<size_t>(rows * k / 32))};
   for (auto& v : op.values) v = static_cast<uint8_t>(rng());
+  const bench::ScaleRange range = wide_scales ? bench::kWideScales : bench::kTypicalScales;
   for (auto& s : op.scales)
-    s = static_cast<uint8_t>(wide_scales ? 120 + rng() % 16 : 125 + rng() % 3);
+    s = static_cast<uint8_t>(range.first + static_cast<int>(rng() % range.count));
   return op;
 }
 
