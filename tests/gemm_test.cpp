@@ -45,13 +45,13 @@ struct GemmCase {
 
   std::string describe() const {
     std::ostringstream s;
-    s << "M=" << m << " N=" << n << " K=" << k << " d=" << dtype_label(d_dtype);
+    s << "M=" << m << " N=" << n << " K=" << k << " d=" << a4w4_dtype_name(d_dtype);
     if (a_pad || a_scale_pad || b_pad || b_scale_pad || d_pad || c_pad || bias_stride != 1)
       s << " pads(a " << a_pad << ", as " << a_scale_pad << ", b " << b_pad << ", bs "
         << b_scale_pad << ", d " << d_pad << ", c " << c_pad << ", bias stride " << bias_stride
         << ")";
-    if (with_c) s << " c=" << (c_is_d ? "d" : dtype_label(c_dtype)) << " beta=" << beta;
-    if (with_bias) s << " bias=" << dtype_label(bias_dtype);
+    if (with_c) s << " c=" << (c_is_d ? "d" : a4w4_dtype_name(c_dtype)) << " beta=" << beta;
+    if (with_bias) s << " bias=" << a4w4_dtype_name(bias_dtype);
     s << " alpha=" << alpha << " split_k=" << split_k << " threads=" << threads << " scales a["
       << a_scales.lo << "," << a_scales.hi << "] b[" << b_scales.lo << "," << b_scales.hi
       << "] seed=" << seed;
@@ -232,7 +232,7 @@ TEST_F(Gemm, HandComputedSmallProducts) {
     const a4w4_tensor a1d = a1.desc(), b1d = b1.desc(), s1d = s1.desc(), d1d = d1.desc();
     ASSERT_EQ(a4w4_gemm(ctx_, &a1d, &s1d, &b1d, &s1d, nullptr, nullptr, &d1d, nullptr, nullptr),
               A4W4_SUCCESS);
-    EXPECT_EQ(d1.get(0, 0), 192.0) << dtype_label(dtype);
+    EXPECT_EQ(d1.get(0, 0), 192.0) << a4w4_dtype_name(dtype);
   }
 }
 
@@ -268,7 +268,7 @@ TEST_F(Gemm, HandComputedRoundingOfTheOutput) {
       {A4W4_DTYPE_F32, 2, 127, 16777218.0, 16777220.0},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(std::string(dtype_label(c.dtype)) + " bias " + std::to_string(c.bias) +
+    SCOPED_TRACE(std::string(a4w4_dtype_name(c.dtype)) + " bias " + std::to_string(c.bias) +
                  " b code " + std::to_string(c.b_code) + " scale " + std::to_string(c.b_scale));
     HostTensor b = HostTensor::matrix(A4W4_DTYPE_E2M1, 1, 32, 0, 0x00);
     b.set_code(0, 0, c.b_code);

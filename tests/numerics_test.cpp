@@ -96,7 +96,7 @@ TEST_F(Numerics, AllSixteenE2M1CodesDecodeToTheTable) {
     HostTensor s = HostTensor::matrix(A4W4_DTYPE_E8M0, 1, 1);
     s.set_byte(0, 0, scale_byte);
     for (a4w4_dtype dtype : {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16}) {
-      SCOPED_TRACE(std::string(dtype_label(dtype)) + " scale " + hex_byte(scale_byte));
+      SCOPED_TRACE(std::string(a4w4_dtype_name(dtype)) + " scale " + hex_byte(scale_byte));
       const HostTensor y = dequantize(q, s, dtype);
       for (int i = 0; i < 32; ++i) {
         const double want = std::ldexp(expected[i % 16], scale_byte - 127);
@@ -188,7 +188,7 @@ TEST_F(Numerics, DequantizesAll256ScaleBytes) {
     for (int i = 0; i < 8; ++i) q.set_code(0, b * 32 + i, block_codes[i]);
   }
   for (a4w4_dtype dtype : {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16}) {
-    SCOPED_TRACE(dtype_label(dtype));
+    SCOPED_TRACE(a4w4_dtype_name(dtype));
     const HostTensor y = dequantize(q, s, dtype);
     for (int b = 0; b < 256; ++b) {
       for (int i = 0; i < 32; ++i) {
@@ -410,7 +410,7 @@ TEST_F(Numerics, GridValuesTimesPowersOfTwoRoundTripExactly) {
       }
     }
     for (a4w4_scale_mode mode : kModes) {
-      SCOPED_TRACE(std::string(dtype_label(in_dtype)) + " " + a4w4_scale_mode_name(mode));
+      SCOPED_TRACE(std::string(a4w4_dtype_name(in_dtype)) + " " + a4w4_scale_mode_name(mode));
       const Quantized out = quantize(x, mode);
       const HostTensor y = dequantize(out.q, out.scale, A4W4_DTYPE_F32);
       for (int64_t r = 0; r < rows; ++r)
@@ -497,8 +497,8 @@ TEST_F(Numerics, QuantizeMatchesIndependentImplementationOnRandomBlocks) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t b = 0; b < blocks; ++b) fill_block(rng, x, r, b);
     for (a4w4_scale_mode mode : kModes) {
-      SCOPED_TRACE(std::string(dtype_label(dtype)) + " " + a4w4_scale_mode_name(mode) + " seed " +
-                   std::to_string(seed));
+      SCOPED_TRACE(std::string(a4w4_dtype_name(dtype)) + " " + a4w4_scale_mode_name(mode) +
+                   " seed " + std::to_string(seed));
       const Quantized out = quantize(x, mode);
       int failures = 0;
       for (int64_t r = 0; r < rows && failures < 5; ++r) {
@@ -595,7 +595,7 @@ TEST_F(Numerics, StridedQuantizeAndDequantizeHonourRowStrides) {
       for (int64_t i = 0; i < k; ++i)
         ASSERT_EQ(y.get(r, i),
                   round_to_dtype(dtype, kE2M1Table[q.code(r, i)] * e8m0_value(s.byte(r, i / 32))))
-            << dtype_label(dtype) << " row " << r << " element " << i;
+            << a4w4_dtype_name(dtype) << " row " << r << " element " << i;
   }
 }
 

@@ -128,37 +128,9 @@ uint16_t bf16_bits_of(double exact) {
 }
 
 int dtype_bits(a4w4_dtype dtype) {
-  switch (dtype) {
-    case A4W4_DTYPE_E2M1:
-      return 4;
-    case A4W4_DTYPE_E8M0:
-    case A4W4_DTYPE_U8:
-      return 8;
-    case A4W4_DTYPE_BF16:
-    case A4W4_DTYPE_F16:
-      return 16;
-    case A4W4_DTYPE_F32:
-      return 32;
-  }
-  throw std::logic_error("dtype_bits: invalid dtype");
-}
-
-const char* dtype_label(a4w4_dtype dtype) {
-  switch (dtype) {
-    case A4W4_DTYPE_E2M1:
-      return "e2m1";
-    case A4W4_DTYPE_E8M0:
-      return "e8m0";
-    case A4W4_DTYPE_BF16:
-      return "bf16";
-    case A4W4_DTYPE_F16:
-      return "f16";
-    case A4W4_DTYPE_F32:
-      return "f32";
-    case A4W4_DTYPE_U8:
-      return "u8";
-  }
-  return "?";
+  const int bits = a4w4_dtype_bits(dtype);  // 0 for a value that is no dtype
+  if (bits == 0) throw std::logic_error("dtype_bits: invalid dtype");
+  return bits;
 }
 
 std::string hex_byte(uint8_t value) {
@@ -292,7 +264,7 @@ void HostTensor::fill_random_bytes(std::mt19937_64& rng) {
     if (before[i] != after.bytes()[i])
       return ::testing::AssertionFailure()
              << "byte " << i << " changed from " << hex_byte(before[i]) << " to "
-             << hex_byte(after.bytes()[i]) << " (" << dtype_label(after.dtype()) << " ["
+             << hex_byte(after.bytes()[i]) << " (" << a4w4_dtype_name(after.dtype()) << " ["
              << after.rows() << ", " << after.cols() << "] stride " << after.stride() << ")";
   }
   return ::testing::AssertionSuccess();
@@ -304,7 +276,7 @@ void HostTensor::fill_random_bytes(std::mt19937_64& rng) {
     if (!after.byte_in_view(i) && before[i] != after.bytes()[i])
       return ::testing::AssertionFailure()
              << "byte " << i << " outside the view changed from " << hex_byte(before[i]) << " to "
-             << hex_byte(after.bytes()[i]) << " (" << dtype_label(after.dtype()) << " ["
+             << hex_byte(after.bytes()[i]) << " (" << a4w4_dtype_name(after.dtype()) << " ["
              << after.rows() << ", " << after.cols() << "] stride " << after.stride() << ")";
   }
   return ::testing::AssertionSuccess();
@@ -444,7 +416,7 @@ GemmReference reference_gemm(const MxOperand& a, const MxOperand& b, float alpha
   auto report = [&](int64_t m, int64_t n, double expected, double got, const char* why) {
     if (failure_count++ < 8) {
       const size_t at = static_cast<size_t>(m * ref.n + n);
-      failures << "\n  D[" << m << ", " << n << "] (" << dtype_label(dtype) << "): got " << got
+      failures << "\n  D[" << m << ", " << n << "] (" << a4w4_dtype_name(dtype) << "): got " << got
                << ", expected " << expected << " (exact " << ref.hi[at] << " + " << ref.lo[at]
                << ", sum of |terms| " << ref.magnitude[at] << "): " << why;
     }

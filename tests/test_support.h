@@ -48,7 +48,6 @@ uint16_t fp16_bits_of(double exact);
 uint16_t bf16_bits_of(double exact);
 
 int dtype_bits(a4w4_dtype dtype);  // 4, 8, 16 or 32
-const char* dtype_label(a4w4_dtype dtype);
 
 // ---- Host tensors with poison --------------------------------------------------------------
 
