@@ -340,6 +340,23 @@ TEST_F(CudaBackend, DecodeFoldedAndExactPathsAcrossSplits) {
       }
 }
 
+TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {
+  // Tile-local scales take the folded bf16 path; wide ones (0..254) the exact generic tiles; ragged
+  // M and N, several K steps, every output dtype.
+  const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
+  int v = 0;
+  for (int64_t m : {65, 128, 257})
+    for (int64_t n : {128, 200})
+      for (int64_t k : {64, 1024})
+        for (int scales : {kTileLocalScales, kNarrowScales, kWideScales}) {
+          run_case(ctx_, rng_,
+                   GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0,
+                            "cuda.bf16", 0});
+          ++v;
+          if (HasFatalFailure()) return;
+        }
+}
+
 TEST_F(CudaBackend, ExplicitKernelNamesAreHonouredOrRefused) {
   const a4w4_device gpu = a4w4_cuda(0);
   DeviceBuffer a(100 * 64), as(100 * 4), b(64 * 64), bs(64 * 4), d(100 * 64 * 4);
