@@ -366,12 +366,14 @@ std::vector<GpuBenchRow> run_gpu_gemm_bench(
     row.bytes = (s.m + s.n) * (s.k / 2.0) + (s.m + s.n) * (s.k / 32.0) + s.m * s.n * out_bytes;
     row.flops = 2.0 * s.m * s.n * s.k;
     row.floor_us = 1e6 * std::max(row.bytes / kHbmBytesPerSecond, row.flops / kFp4PeakFlops);
-    row.a4w4_us = time_a4w4(s, options, facts, ctx, stream.get(), true, &row.kernel);
+    const bool prepared = options.prepared_weights;
+    if (prepared) row.a4w4_us = time_a4w4(s, options, facts, ctx, stream.get(), true, &row.kernel);
     if (options.compare_heuristic)
       row.heuristic_us =
-          time_a4w4(s, options, facts, plain, stream.get(), true, &row.heuristic_kernel);
-    if (options.plain_weights)
-      row.a4w4_plain_us = time_a4w4(s, options, facts, ctx, stream.get(), false, nullptr);
+          time_a4w4(s, options, facts, plain, stream.get(), prepared, &row.heuristic_kernel);
+    if (options.plain_weights || !prepared)
+      row.a4w4_plain_us = time_a4w4(s, options, facts, ctx, stream.get(), false,
+                                    prepared ? nullptr : &row.kernel);
     if (options.baselines) {
       // A baseline that cannot run a shape is reported as missing, not fatal.
       try {
@@ -422,22 +424,23 @@ QuantizeBenchRow run_gpu_quantize_bench(int64_t rows, int64_t cols, const GpuBen
 
 std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDeviceFacts& facts) {
   std::string out = fmt::format(
-      "| M×N×K | label | a4w4 µs (prepared B) | a4w4 µs (plain B) | TFLOP/s | GB/s | % of copy BW "
-      "({:.0f} GB/s) | floor µs | cuBLAS bf16 µs | cuBLASLt fp8 µs (M padded to 16) | × bf16 | "
-      "× fp8 |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "| M×N×K | label | kernel | a4w4 µs (prepared B) | a4w4 µs (plain B) | TFLOP/s | GB/s | % of "
+      "copy BW ({:.0f} GB/s) | floor µs | cuBLAS bf16 µs | cuBLASLt fp8 µs (M padded to 16) | × "
+      "bf16 | × fp8 |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       facts.copy_gbps);
   for (const GpuBenchRow& r : rows) {
-    const double gbps = r.bytes / (r.a4w4_us * 1e-6) / 1e9;
+    const double best = r.best_us();
+    const double gbps = r.bytes / (best * 1e-6) / 1e9;
     auto opt = [](double us) { return us > 0 ? fmt::format("{:.1f}", us) : std::string("—"); };
     auto ratio = [&](double base) {
-      return base > 0 ? fmt::format("{:.2f}×", base / r.a4w4_us) : std::string("—");
+      return base > 0 ? fmt::format("{:.2f}×", base / best) : std::string("—");
     };
     out += fmt::format(
-        "| {}×{}×{} | {}{} | {:.1f} | {} | {:.1f} | {:.0f} | {:.0f}% | {:.1f} | {} | {} | {} | {} "
+        "| {}×{}×{} | {}{} | {} | {} | {} | {:.1f} | {:.0f} | {:.0f}% | {:.1f} | {} | {} | {} | {} "
         "|\n",
-        r.shape.m, r.shape.n, r.shape.k, r.shape.label, r.notes, r.a4w4_us, opt(r.a4w4_plain_us),
-        r.flops / (r.a4w4_us * 1e-6) / 1e12, gbps, 100.0 * gbps / facts.copy_gbps, r.floor_us,
+        r.shape.m, r.shape.n, r.shape.k, r.shape.label, r.notes, r.kernel, opt(r.a4w4_us),
+        opt(r.a4w4_plain_us), r.flops / (best * 1e-6) / 1e12, gbps, 100.0 * gbps / facts.copy_gbps, r.floor_us,
         opt(r.cublas_bf16_us), opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us),
         ratio(r.cublaslt_fp8_us));
   }
@@ -449,8 +452,10 @@ std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDev
         "|---|---|---|---|---|---|---|\n";
     for (const GpuBenchRow& r : rows)
       out += fmt::format("| {}×{}×{} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} |\n", r.shape.m,
-                         r.shape.n, r.shape.k, r.shape.label, r.kernel, r.a4w4_us,
-                         r.heuristic_kernel, r.heuristic_us, r.heuristic_us / r.a4w4_us);
+                         r.shape.n, r.shape.k, r.shape.label, r.kernel,
+                         r.a4w4_us > 0 ? r.a4w4_us : r.a4w4_plain_us, r.heuristic_kernel,
+                         r.heuristic_us,
+                         r.heuristic_us / (r.a4w4_us > 0 ? r.a4w4_us : r.a4w4_plain_us));
   }
   return out;
 }

@@ -17,7 +17,8 @@ struct GpuBenchOptions {
   int samples = 30;           // timed graph launches per figure; the median is reported
   double graph_us = 2000.0;   // aim for graphs of about this many microseconds
   bool baselines = true;      // also time cuBLAS bf16 and cuBLASLt fp8
-  bool plain_weights = true;  // also time a4w4 on a plain (not prepared) B
+  bool prepared_weights = true;  // time a4w4 on a prepared B
+  bool plain_weights = true;     // time a4w4 on a plain (not prepared) B
   bool wide_scales = false;   // block scales 120..135 instead of the typical 125..127 (fill.h)
   std::string kernel;         // "" = dispatch
   int split_k = 0;
@@ -29,9 +30,14 @@ struct GpuBenchOptions {
 struct GpuBenchRow {
   Shape shape;
   double a4w4_us = 0, a4w4_plain_us = 0, cublas_bf16_us = 0, cublaslt_fp8_us = 0;
+  // The faster of the layouts timed: what the rates and speed-ups are computed from.
+  double best_us() const {
+    return a4w4_us > 0 && (a4w4_plain_us <= 0 || a4w4_us <= a4w4_plain_us) ? a4w4_us
+                                                                            : a4w4_plain_us;
+  }
   double bytes = 0, flops = 0;
   double floor_us = 0;  // max(bytes / 4.8 TB/s, flops / 1979 TFLOP/s): shared/docs/targets.md
-  std::string kernel;   // what ran: "name[/split] (explicit|tuned|heuristic)"
+  std::string kernel;   // what ran (prepared B, else plain): "name[/split] (source)"
   std::string heuristic_kernel;  // with compare_heuristic: the heuristic's choice and its time
   double heuristic_us = 0;
   std::string notes;  // baselines that could not run

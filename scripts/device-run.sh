@@ -45,7 +45,7 @@ cat "$OUT/info.txt"
 
 if [[ $steps == *tests* ]]; then
   log "ctest -L cuda"
-  ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 600 >"$OUT/ctest-cuda.log" 2>&1
+  ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout "${CTEST_TIMEOUT:-600}" >"$OUT/ctest-cuda.log" 2>&1
   echo "ctest rc=$?" | tee -a "$OUT/summary.txt"
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/ctest-cuda.log" | tail -20 | tee -a "$OUT/summary.txt"
 fi

@@ -32,6 +32,7 @@ struct BenchSettings {
   int samples = 30;
   bool baselines = true;
   bool plain = true;
+  bool prepared = true;
   bool wide_scales = false;
   bool quantize = false;
   std::string kernel;
@@ -151,6 +152,7 @@ void run_bench(const BenchSettings& s) {
   options.samples = s.samples;
   options.baselines = s.baselines;
   options.plain_weights = s.plain;
+  options.prepared_weights = s.prepared;
   options.wide_scales = s.wide_scales;
   options.kernel = s.kernel;
   options.split_k = s.split_k;
@@ -206,6 +208,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(3, 10000));
   command->add_flag("!--no-baselines", settings->baselines, "Skip the cuBLAS baselines");
   command->add_flag("!--no-plain", settings->plain, "Skip timing a4w4 on a plain (unprepared) B");
+  command->add_flag("!--no-prepared", settings->prepared,
+                    "Skip timing a4w4 on a prepared B (rates then come from the plain B)");
   command->add_flag("--quantize", settings->quantize, "Also time quantizing 8192x8192 bf16");
   command->add_flag("--wide-scales", settings->wide_scales,
                     "Block scales spread over 120..135 (defeats scale folding) instead of the "

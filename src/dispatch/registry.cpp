@@ -41,7 +41,6 @@ constexpr std::array kGemmKernels = {
                "sm_90; prepared B 16-byte aligned, or plain B with 16-byte aligned rows, "
                "K % 128 == 0 and 4-byte aligned scale rows",
                cuda::gemm_decode_why_not, cuda::gemm_decode},
-    // DRAFT: registered on this branch only, to be tested on the GPU before it reaches main.
     GemmKernel{"cuda.bf16", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 128, 64, 1, false, false,
                65, 0, 16.0, "sm_90a; plain A and B with 16-byte aligned rows; K % 64 == 0",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16},

@@ -142,7 +142,7 @@ TEST_F(CudaTuning, DeviceKeyMatchesTheDescription) {
   EXPECT_NE(std::string(text).find(std::to_string(sm_count_) + " SMs"), std::string::npos) << text;
 }
 
-TEST_F(CudaTuning, HeuristicPicksDecodeForSmallMAndGenericOtherwise) {
+TEST_F(CudaTuning, HeuristicPicksDecodeForSmallMAndTensorCoresOrGenericOtherwise) {
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   a4w4_gemm_choice c{};
@@ -152,7 +152,7 @@ TEST_F(CudaTuning, HeuristicPicksDecodeForSmallMAndGenericOtherwise) {
   EXPECT_STREQ(c.kernel, major >= 9 ? "cuda.decode" : "cuda.generic");
   EXPECT_EQ(c.split_k, 0);  // cuda.decode sizes its own split
   ASSERT_EQ(large.choose(ctx_, &c), A4W4_SUCCESS);
-  EXPECT_STREQ(c.kernel, "cuda.generic");
+  EXPECT_STREQ(c.kernel, major == 9 ? "cuda.bf16" : "cuda.generic");
 }
 
 TEST_F(CudaTuning, TunedEntriesOfThisDeviceAreUsedAndBucketed) {

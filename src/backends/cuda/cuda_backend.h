@@ -19,7 +19,7 @@ void dequantize(const DequantizeProblem& problem);
 void prepare_weight(const PrepareWeightProblem& problem);
 
 // GEMM kernel families (registered in dispatch/registry.cpp).
-// DRAFT, not registered yet: the bf16 wgmma family (gemm_bf16.cu).
+// The bf16 wgmma family for large M (gemm_bf16.cu), sm_90a.
 std::string gemm_bf16_why_not(const GemmProblem& problem);
 void gemm_bf16(const GemmProblem& problem, const ExecConfig& exec);
 std::string gemm_generic_why_not(const GemmProblem& problem);
