@@ -155,6 +155,17 @@ struct WeightBlock {
   return w;
 }
 
+// An int32 tile sum as fp32 without the quarter-rate I2F: |x| < 2^22 (a tile sum is at most
+// 128 * 96 * 96 < 2^21) added to 1.5 * 2^23 lands exactly on an integer of that binade.
+__device__ __forceinline__ float tile_sum_to_float(int32_t a, int32_t b) {
+  return __int_as_float(0x4B400000 + a + b) - 12582912.0f;
+}
+
+// Word j of four (a compile-time j after unrolling).
+__device__ __forceinline__ uint32_t word(const uint4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
 // Whether the tile sums of a warp can be scaled and accumulated in fp32 without leaving its normal
 // range: 2^(ea - 127) and 2^(eb - 129) normal, the smallest nonzero term 2^(ea + eb - 256) at least
 // 2^-126, and 2^24 tiles of the largest (|sum| < 2^20.2) below 2^127.
@@ -267,7 +278,9 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
     const uint32_t exponent = folded ? base : (present ? scale : 127u);
 
     const uint32_t pos_lo = kMagnitudesLo << shift, pos_hi = kMagnitudesHi << shift;
-    const uint32_t neg_lo = __vsub4(0u, pos_lo), neg_hi = __vsub4(0u, pos_hi);
+    // Byte-wise negation without the emulated __vsub4: ~b + 1 carries only out of a zero byte,
+    // and the only zero byte is entry 0 of the low table (+0), which stays 0.
+    const uint32_t neg_lo = (~pos_lo + 0x01010100u) & 0xFFFFFF00u, neg_hi = ~pos_hi + 0x01010101u;
     uint4* dst = reinterpret_cast<uint4*>(stage.values + row * Shape::kRowBytes + block * 64);
     const uint32_t words[4] = {in.codes[i].x, in.codes[i].y, in.codes[i].z, in.codes[i].w};
 #pragma unroll
@@ -488,16 +501,101 @@ __device__ __forceinline__ void multiply_tile(const Stage<kNTiles>& act, int til
       // Accumulator i: weight row g (+8 for i >= 2), activation row nt * 8 + 2t + (i & 1).
       const float2 fa = *reinterpret_cast<const float2*>(act.factor + tile_in_chunk * Shape::kRows +
                                                          nt * 8 + 2 * t);
-      fast[nt][0] = fmaf(static_cast<float>(sum[0][0] + sum[1][0]), fa.x * fb[0], fast[nt][0]);
-      fast[nt][1] = fmaf(static_cast<float>(sum[0][1] + sum[1][1]), fa.y * fb[0], fast[nt][1]);
-      fast[nt][2] = fmaf(static_cast<float>(sum[0][2] + sum[1][2]), fa.x * fb[1], fast[nt][2]);
-      fast[nt][3] = fmaf(static_cast<float>(sum[0][3] + sum[1][3]), fa.y * fb[1], fast[nt][3]);
+      fast[nt][0] = fmaf(tile_sum_to_float(sum[0][0], sum[1][0]), fa.x * fb[0], fast[nt][0]);
+      fast[nt][1] = fmaf(tile_sum_to_float(sum[0][1], sum[1][1]), fa.y * fb[0], fast[nt][1]);
+      fast[nt][2] = fmaf(tile_sum_to_float(sum[0][2], sum[1][2]), fa.x * fb[1], fast[nt][2]);
+      fast[nt][3] = fmaf(tile_sum_to_float(sum[0][3], sum[1][3]), fa.y * fb[1], fast[nt][3]);
     } else {
       exact_blocks<Shape::kBlocks>(
           exact + nt * 4, w0, w1, scales, act_row,
           act.exponent + (nt * 8 + 2 * t) * Shape::kBlocks + tile_in_chunk * 4, first_j, last_j);
     }
   }
+}
+
+// A whole K tile of every row group of the warp on the folded path, decided once for the warp:
+// every existing weight row folds, every activation tile in use folded, and fp32 accumulation is
+// safe for the widest combination of bases. Returns false (nothing done) otherwise; the caller then
+// takes the per-group path, which decides per activation tile and runs the exact blocks.
+template <int kNTiles, int kGroupCount>
+__device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, int tile_in_chunk,
+                                                     const uint4 (&w0)[kGroupCount],
+                                                     const uint4 (&w1)[kGroupCount],
+                                                     const uint2 (&scales)[kGroupCount],
+                                                     const bool (&row_exists)[kGroupCount][2],
+                                                     int n_tiles_used,
+                                                     float (&fast)[kGroupCount][kNTiles][4]) {
+  using Shape = ChunkShape<kNTiles>;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  FoldedRow rows[kGroupCount][2];
+  bool lane_folded = true;
+  uint32_t b_lo = 0xFFu, b_hi = 0u;
+#pragma unroll
+  for (int group = 0; group < kGroupCount; ++group) {
+    rows[group][0] = fold_row(scales[group].x), rows[group][1] = fold_row(scales[group].y);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!row_exists[group][h]) continue;
+      lane_folded = lane_folded && rows[group][h].ok;
+      b_lo = min(b_lo, rows[group][h].base), b_hi = max(b_hi, rows[group][h].base);
+    }
+  }
+  bool acts_folded = true;
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    if (nt >= n_tiles_used) break;  // uniform
+    const uint32_t summary = act.summary[tile_in_chunk * kNTiles + nt];
+    acts_folded = acts_folded && ((summary >> 16) & 1u) &&
+                  fp32_accumulation_safe(summary & 0xFFu, (summary >> 8) & 0xFFu, b_lo, b_hi);
+  }
+  // A warp without existing rows (b_lo > b_hi) has nothing to check.
+  if (!__all_sync(0xFFFFFFFFu, b_lo > b_hi || (lane_folded && acts_folded))) return false;
+
+  // Block by block: each block's weight operands (both groups) meet every activation tile, so
+  // only one block's operands are live at a time.
+  int32_t sum[kGroupCount][kNTiles][2][4] = {};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    WeightBlock block[kGroupCount];
+#pragma unroll
+    for (int group = 0; group < kGroupCount; ++group) {
+      block[group] = weight_block(word(w0[group], j), word(w1[group], j),
+                                  permute(rows[group][0].shifts, 0, 0x4440u | j),
+                                  permute(rows[group][1].shifts, 0, 0x4440u | j));
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      if (nt >= n_tiles_used) break;  // uniform
+      // Lane (g, t) supplies MMA column g: activation row nt * 8 + g.
+      const uint4 v = *reinterpret_cast<const uint4*>(
+          act.values + (nt * 8 + g) * Shape::kRowBytes + (tile_in_chunk * 4 + j) * 64 + 16 * t);
+      // Two independent MMA chains (even and odd blocks) halve the dependent latency.
+#pragma unroll
+      for (int group = 0; group < kGroupCount; ++group) {
+        mma_u8s8(sum[group][nt][j & 1], block[group].positive, v.x, v.y);
+        mma_u8s8(sum[group][nt][j & 1], block[group].negative, v.z, v.w);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    if (nt >= n_tiles_used) break;  // uniform
+    const float2 fa =
+        *reinterpret_cast<const float2*>(act.factor + tile_in_chunk * Shape::kRows + nt * 8 + 2 * t);
+#pragma unroll
+    for (int group = 0; group < kGroupCount; ++group) {
+      // 2^(base - 129) per weight row; the extra 1/4 undoes the doubling of both operands.
+      const float fb[2] = {__uint_as_float((rows[group][0].base - 2) << 23),
+                           __uint_as_float((rows[group][1].base - 2) << 23)};
+      // Accumulator i: weight row g (+8 for i >= 2), activation row nt * 8 + 2t + (i & 1).
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        fast[group][nt][i] =
+            fmaf(tile_sum_to_float(sum[group][nt][0][i], sum[group][nt][1][i]),
+                 (i & 1 ? fa.y : fa.x) * fb[i >> 1], fast[group][nt][i]);
+    }
+  }
+  return true;
 }
 
 // (Forcing five CTAs per SM for M <= 8 through __launch_bounds__ spills and measured slower.)
@@ -600,11 +698,20 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
     // The blocks of this tile inside the partition: all four except at its ends.
     const int first_j = tile == 0 ? begin : 0;
     const int last_j = min(end - 4 * tile, 4);
+    const bool whole = first_j == 0 && last_j == 4;
+    // Two row groups (few activation tiles): one decision and one straight block for both. Groups
+    // past N multiply zero-filled slots; their sums are never stored. (With one group the
+    // per-group path below is the same work, with its activation tiles in the outer loop.)
+    if constexpr (kGroupCount > 1) {
+      if (whole && multiply_tile_folded<kNTiles, kGroupCount>(act, tile_in_chunk, w0, w1, scales,
+                                                              row_exists, n_tiles_used, fast))
+        continue;
+    }
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
       if (group >= groups_here) break;  // uniform
       double* group_exact = exact + group * kNTiles * 4;
-      if (first_j == 0 && last_j == 4) {
+      if (whole) {
         multiply_tile<kNTiles, true>(act, tile_in_chunk, w0[group], w1[group], scales[group], 0, 4,
                                      row_exists[group], n_tiles_used, fast[group], group_exact);
       } else {
