@@ -1,30 +1,17 @@
 #!/usr/bin/env bash
 # The one script a developer sends to the GPU machine (the `device` tool), from the repo root:
 #   GPU tests (ctest -L cuda), compute-sanitizer memcheck on them, and the benchmarks, with every
-#   log under $OUT. It uses a build made here by scripts/device-build.sh (carried as build-dev/)
+#   log under $OUT. It uses a build made here by scripts/device-build.sh (carried as build-carry/)
 #   when that runs there, and otherwise builds on the device with the carried Debian packages in
 #   .deps/ (CLI11, fmt, GoogleTest headers and CMake files).
 # Usage there: bash scripts/device-run.sh [tests] [probe] [memcheck] [sass] [bench] [wide] (extra bench args via
 #   BENCH_ARGS)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-BUILD=${BUILD:-build-dev}
+source scripts/device-env.sh
 steps=${*:-tests memcheck bench}
 repo=$PWD
 log() { echo "=== $* ===" | tee -a "$OUT/summary.txt"; }
-
-# The carried build's CTest files name this machine's paths: make the same path exist there.
-if [[ ! -e /work/main && -d $BUILD ]]; then mkdir -p /work && ln -s "$repo" /work/main; fi
-# ... and the CMake module those CTest files include, at this machine's path.
-for module in "$BUILD"/cmake-modules/*.cmake; do
-  [[ -e $module ]] || continue
-  target=$(grep -ho '/usr/share/cmake-[0-9.]*/Modules/GoogleTestAddTests.cmake' \
-    "$BUILD"/tests/cuda/*include.cmake 2>/dev/null | head -1)
-  [[ -n $target && ! -e $target ]] && mkdir -p "$(dirname "$target")" && cp "$module" "$target"
-done
-export LD_LIBRARY_PATH="$repo/$BUILD/runtime-libs:${LD_LIBRARY_PATH:-}"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu \
   --format=csv >"$OUT/gpu.txt" 2>&1

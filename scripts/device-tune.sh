@@ -5,10 +5,7 @@
 # tuned against heuristic choices in one run. Usage: bash scripts/device-tune.sh PRESET...
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-BUILD=${BUILD:-build-dev}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$BUILD/runtime-libs:${LD_LIBRARY_PATH:-}"
+source scripts/device-env.sh
 for preset in "$@"; do
   csv="$OUT/h200-$preset.csv"
   echo "=== tune $preset ==="

@@ -33,6 +33,10 @@
 // 16-byte copies); a plain B is scattered into the same order with 4-byte copies.
 #include <cooperative_groups.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -781,56 +785,76 @@ constexpr size_t shared_bytes() {
   return staging > sums ? staging : sums;
 }
 
-template <int kNTiles, bool kPrepared>
-void launch(const GemmProblem& p, int splits, int64_t ctas) {
+// The launch of `splits` K partitions per row CTA: clusters of `splits` CTAs along y.
+template <int kNTiles>
+struct Launch {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits), 1);
-  config.blockDim = dim3(kThreads, 1, 1);
-  config.dynamicSmemBytes = shared_bytes<kNTiles>();
+  cudaLaunchAttribute cluster{};
+  Launch(int splits, int64_t ctas, cudaStream_t stream) {
+    config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits), 1);
+    config.blockDim = dim3(kThreads, 1, 1);
+    config.dynamicSmemBytes = shared_bytes<kNTiles>();
+    config.stream = stream;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = static_cast<unsigned>(splits);
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  Launch(const Launch&) = delete;
+  Launch& operator=(const Launch&) = delete;
+};
+
+// Opts the kernel into its shared memory (above 48 KiB) on the current device.
+template <int kNTiles, bool kPrepared>
+void opt_in_shared_memory() {
   check_cuda(cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(config.dynamicSmemBytes)),
+                                  static_cast<int>(shared_bytes<kNTiles>())),
              "cudaFuncSetAttribute(gemm_decode_kernel)");
-  config.stream = static_cast<cudaStream_t>(p.stream);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = static_cast<unsigned>(splits);
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, gemm_decode_kernel<kNTiles, kPrepared>, p, splits),
+}
+
+template <int kNTiles, bool kPrepared>
+void launch(const GemmProblem& p, int splits, int64_t ctas) {
+  opt_in_shared_memory<kNTiles, kPrepared>();
+  const Launch<kNTiles> l(splits, ctas, static_cast<cudaStream_t>(p.stream));
+  check_cuda(cudaLaunchKernelEx(&l.config, gemm_decode_kernel<kNTiles, kPrepared>, p, splits),
              "gemm_decode_kernel launch");
 }
 
-// CTAs of this kind resident on one SM (registers and shared memory), asked once.
+// Clusters of `splits` CTAs that can be resident on the device at once, asked once per split and
+// device. Cluster placement inside the GPCs can hold fewer than SMs x CTAs per SM / splits.
 template <int kNTiles, bool kPrepared>
-int ctas_per_sm() {
-  static const int count = [] {
-    int blocks = 1;
-    // The opt-in to more than 48 KiB of shared memory first, or the answer is zero.
-    cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(shared_bytes<kNTiles>()));
-    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, gemm_decode_kernel<kNTiles, kPrepared>, kThreads, shared_bytes<kNTiles>());
-    return status == cudaSuccess && blocks > 0 ? blocks : 1;
-  }();
-  return count;
+int64_t max_active_clusters(int splits, int ordinal) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, int64_t> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(ordinal, splits);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  opt_in_shared_memory<kNTiles, kPrepared>();
+  const Launch<kNTiles> l(splits, splits, nullptr);
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, gemm_decode_kernel<kNTiles, kPrepared>,
+                                     &l.config) != cudaSuccess) {
+    cudaGetLastError();  // not a sticky error: count the split as not fitting
+    clusters = 0;
+  }
+  return known[key] = clusters;
 }
 
-// Splits of K when the caller leaves the choice: the largest power of two whose CTAs fit every SM's
-// resident slots in one wave (a second, partial wave would cost as much as the first), each
-// partition at least two activation chunks long. Powers of two keep partitions on K-tile
-// boundaries and clusters packing the GPU evenly; the tuner found 6-way splits slower than 4
-// (bench/RESULTS.md, issue 6).
+// Splits of K when the caller leaves the choice: the largest power of two for which every cluster
+// is resident at once (a second, partial wave would cost as much as the first), each partition at
+// least two activation chunks long. Powers of two keep partitions on K-tile boundaries and
+// clusters packing the GPCs evenly; the tuner found 6-way splits slower than 4 (bench/RESULTS.md,
+// issue 6). Residency is the runtime's cluster occupancy, not SMs x CTAs per SM: on the H200, 62
+// clusters of 8 of these CTAs fit at once, so 1 x 8192 x 8192 (64 row CTAs) at split 8 ran its last
+// two clusters in a second wave.
 template <int kNTiles, bool kPrepared>
 int auto_splits(const GemmProblem& p, int64_t ctas) {
-  const int64_t resident =
-      int64_t{ctas_per_sm<kNTiles, kPrepared>()} * device_info(p.device.ordinal).sm_count;
   int splits = 1;
-  while (splits < kMaxSplits && ctas * 2 * splits <= resident &&
-         (p.k / 32) / (2 * splits) >= 2 * ChunkShape<kNTiles>::kBlocks)
+  while (splits < kMaxSplits && (p.k / 32) / (2 * splits) >= 2 * ChunkShape<kNTiles>::kBlocks &&
+         ctas <= max_active_clusters<kNTiles, kPrepared>(2 * splits, p.device.ordinal))
     splits *= 2;
   return splits;
 }
