@@ -33,10 +33,6 @@
 // 16-byte copies); a plain B is scattered into the same order with 4-byte copies.
 #include <cooperative_groups.h>
 
-#include <map>
-#include <mutex>
-#include <utility>
-
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -49,6 +45,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 // Row groups of 16 weight rows per warp: two where the activations are few (the K-tile overheads
 // and the activation reads are shared by both groups), one where registers are needed for them.
+// (Four groups for M <= 8 cut the instructions by 21% but needed 205 registers — two CTAs per SM
+// instead of four — and ran 1 x 8192 x 8192 in 47 us instead of 33: bench/RESULTS.md.)
 template <int kNTiles>
 constexpr int kGroups = kNTiles <= 2 ? 2 : 1;
 template <int kNTiles>
@@ -317,10 +315,13 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
 template <bool kPrepared, int kGroupCount>
 struct WeightSource {
   const uint8_t* codes[kGroupCount][2];  // prepared: group tile halves; plain: rows g, g + 8
-  const uint8_t* scales = nullptr;       // the scale bytes this lane copies (if any)
-  bool present[kGroupCount][2];          // plain: rows g and g + 8 of each group exist
-  bool scale_present = true;
-  int scale_offset = -1;  // where in the slot this lane's scale copy goes
+  // Scale copies per lane: prepared, 16 bytes of one group's 64 (lanes 0 .. 4 * groups - 1);
+  // plain, the 4 bytes of one row (kGroupCount * 16 rows over the warp's 32 lanes).
+  static constexpr int kScaleCopies = kPrepared || kGroupCount <= 2 ? 1 : kGroupCount / 2;
+  const uint8_t* scales[kScaleCopies] = {};  // the scale bytes this lane copies (if any)
+  bool present[kGroupCount][2];              // plain: rows g and g + 8 of each group exist
+  bool scale_present[kScaleCopies] = {};
+  int scale_offset[kScaleCopies];  // where in the slot each scale copy goes (-1: none)
 
   __device__ WeightSource(const GemmProblem& p, int64_t row0, int64_t tile_begin, int lane) {
     const int g = lane / 4, t = lane % 4;
@@ -345,20 +346,28 @@ struct WeightSource {
         }
       }
     }
+#pragma unroll
+    for (int c = 0; c < kScaleCopies; ++c) scale_offset[c] = -1;
     if constexpr (kPrepared) {
       if (lane < 4 * kGroupCount) {  // 16 bytes of group lane / 4's 64 scale bytes
         const int group = lane / 4;
-        scale_present = row0 + 16 * group < p.n;
+        scale_present[0] = row0 + 16 * group < p.n;
         const int64_t first =
-            scale_present ? (row0 / 16 + group) * layout::k_tiles(p.k) + tile_begin : 0;
-        scales = p.b.scale + first * 64 + 16 * (lane % 4);
-        scale_offset = kGroupCount * 1024 + 64 * group + 16 * (lane % 4);
+            scale_present[0] ? (row0 / 16 + group) * layout::k_tiles(p.k) + tile_begin : 0;
+        scales[0] = p.b.scale + first * 64 + 16 * (lane % 4);
+        scale_offset[0] = kGroupCount * 1024 + 64 * group + 16 * (lane % 4);
       }
-    } else if (lane < 16 * kGroupCount) {  // the four block scales of row row0 + lane
-      const int group = lane / 16, r = lane % 16;
-      scale_present = row0 + lane < p.n;
-      scales = p.b.scale + (scale_present ? row0 + lane : 0) * p.b.scale_stride + tile_begin * 4;
-      scale_offset = kGroupCount * 1024 + 64 * group + (r % 8) * 8 + (r / 8) * 4;
+    } else {
+#pragma unroll
+      for (int c = 0; c < kScaleCopies; ++c) {
+        const int row = lane + 32 * c;  // the four block scales of row row0 + row
+        if (row >= 16 * kGroupCount) continue;
+        const int group = row / 16, r = row % 16;
+        scale_present[c] = row0 + row < p.n;
+        scales[c] =
+            p.b.scale + (scale_present[c] ? row0 + row : 0) * p.b.scale_stride + tile_begin * 4;
+        scale_offset[c] = kGroupCount * 1024 + 64 * group + (r % 8) * 8 + (r / 8) * 4;
+      }
     }
   }
 
@@ -384,13 +393,15 @@ struct WeightSource {
                           codes[group][h] + offset + 4 * q, present[group][h]);
       }
     }
-    if (scale_offset >= 0) {
+#pragma unroll
+    for (int c = 0; c < kScaleCopies; ++c) {
+      if (scale_offset[c] < 0) continue;
       if constexpr (kPrepared) {
-        copy_async<16>(slot + scale_offset, scales + (scale_present ? size_t(tile) * 64 : 0),
-                       scale_present);
+        copy_async<16>(slot + scale_offset[c],
+                       scales[c] + (scale_present[c] ? size_t(tile) * 64 : 0), scale_present[c]);
       } else {
-        copy_async<4>(slot + scale_offset, scales + (scale_present ? size_t(tile) * 4 : 0),
-                      scale_present);
+        copy_async<4>(slot + scale_offset[c],
+                      scales[c] + (scale_present[c] ? size_t(tile) * 4 : 0), scale_present[c]);
       }
     }
   }
@@ -785,76 +796,58 @@ constexpr size_t shared_bytes() {
   return staging > sums ? staging : sums;
 }
 
-// The launch of `splits` K partitions per row CTA: clusters of `splits` CTAs along y.
-template <int kNTiles>
-struct Launch {
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute cluster{};
-  Launch(int splits, int64_t ctas, cudaStream_t stream) {
-    config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits), 1);
-    config.blockDim = dim3(kThreads, 1, 1);
-    config.dynamicSmemBytes = shared_bytes<kNTiles>();
-    config.stream = stream;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = static_cast<unsigned>(splits);
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-  }
-  Launch(const Launch&) = delete;
-  Launch& operator=(const Launch&) = delete;
-};
-
-// Opts the kernel into its shared memory (above 48 KiB) on the current device.
-template <int kNTiles, bool kPrepared>
-void opt_in_shared_memory() {
-  check_cuda(cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(shared_bytes<kNTiles>())),
-             "cudaFuncSetAttribute(gemm_decode_kernel)");
-}
-
 template <int kNTiles, bool kPrepared>
 void launch(const GemmProblem& p, int splits, int64_t ctas) {
-  opt_in_shared_memory<kNTiles, kPrepared>();
-  const Launch<kNTiles> l(splits, ctas, static_cast<cudaStream_t>(p.stream));
-  check_cuda(cudaLaunchKernelEx(&l.config, gemm_decode_kernel<kNTiles, kPrepared>, p, splits),
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits), 1);
+  config.blockDim = dim3(kThreads, 1, 1);
+  config.dynamicSmemBytes = shared_bytes<kNTiles>();
+  check_cuda(cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(config.dynamicSmemBytes)),
+             "cudaFuncSetAttribute(gemm_decode_kernel)");
+  config.stream = static_cast<cudaStream_t>(p.stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = static_cast<unsigned>(splits);
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, gemm_decode_kernel<kNTiles, kPrepared>, p, splits),
              "gemm_decode_kernel launch");
 }
 
-// Clusters of `splits` CTAs that can be resident on the device at once, asked once per split and
-// device. Cluster placement inside the GPCs can hold fewer than SMs x CTAs per SM / splits.
+// CTAs of this kind resident on one SM (registers and shared memory), asked once.
 template <int kNTiles, bool kPrepared>
-int64_t max_active_clusters(int splits, int ordinal) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int>, int64_t> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(ordinal, splits);
-  if (const auto it = known.find(key); it != known.end()) return it->second;
-  opt_in_shared_memory<kNTiles, kPrepared>();
-  const Launch<kNTiles> l(splits, splits, nullptr);
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, gemm_decode_kernel<kNTiles, kPrepared>,
-                                     &l.config) != cudaSuccess) {
-    cudaGetLastError();  // not a sticky error: count the split as not fitting
-    clusters = 0;
-  }
-  return known[key] = clusters;
+int ctas_per_sm() {
+  static const int count = [] {
+    int blocks = 1;
+    // The opt-in to more than 48 KiB of shared memory first, or the answer is zero.
+    cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(shared_bytes<kNTiles>()));
+    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, gemm_decode_kernel<kNTiles, kPrepared>, kThreads, shared_bytes<kNTiles>());
+    return status == cudaSuccess && blocks > 0 ? blocks : 1;
+  }();
+  return count;
 }
 
-// Splits of K when the caller leaves the choice: the largest power of two for which every cluster
-// is resident at once (a second, partial wave would cost as much as the first), each partition at
-// least two activation chunks long. Powers of two keep partitions on K-tile boundaries and
-// clusters packing the GPCs evenly; the tuner found 6-way splits slower than 4 (bench/RESULTS.md,
-// issue 6). Residency is the runtime's cluster occupancy, not SMs x CTAs per SM: on the H200, 62
-// clusters of 8 of these CTAs fit at once, so 1 x 8192 x 8192 (64 row CTAs) at split 8 ran its last
-// two clusters in a second wave.
+// Splits of K when the caller leaves the choice: the largest power of two whose CTAs fit every SM's
+// resident slots in one wave (a second, partial wave would cost as much as the first), each
+// partition at least two activation chunks long. Powers of two keep partitions on K-tile
+// boundaries and clusters packing the GPU evenly; the tuner found 6-way splits slower than 4
+// (bench/RESULTS.md, issue 6). Cluster placement can hold fewer clusters than this counts (62 of
+// the 64 clusters of 8 at 1 x 8192 x 8192 on the H200), but requiring every cluster resident
+// (cudaOccupancyMaxActiveClusters) chose split 4 there, which measured 34.8 us against 32.7 us.
 template <int kNTiles, bool kPrepared>
 int auto_splits(const GemmProblem& p, int64_t ctas) {
+  const int64_t resident =
+      int64_t{ctas_per_sm<kNTiles, kPrepared>()} * device_info(p.device.ordinal).sm_count;
   int splits = 1;
-  while (splits < kMaxSplits && (p.k / 32) / (2 * splits) >= 2 * ChunkShape<kNTiles>::kBlocks &&
-         ctas <= max_active_clusters<kNTiles, kPrepared>(2 * splits, p.device.ordinal))
+  while (splits < kMaxSplits && ctas * 2 * splits <= resident &&
+         (p.k / 32) / (2 * splits) >= 2 * ChunkShape<kNTiles>::kBlocks)
     splits *= 2;
   return splits;
 }
