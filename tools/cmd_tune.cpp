@@ -49,7 +49,14 @@ struct TuneSettings {
   int threads = 0;
   uint64_t seed = 1;
   bool wide_scales = false;  // scales 120..135 instead of the typical 125..127 (as a4w4 bench)
+  // The heuristic's choice stays unless another is at least this much faster (percent): closer
+  // timings are noise, and a tuned entry should never be a coin flip against the heuristic.
+  double margin_percent = 2.0;
 };
+
+// A candidate whose one-sample probe is this many times slower than the best so far is not timed
+// further (the generic kernel at M = 8192 takes 100+ ms per call).
+constexpr double kPruneFactor = 1.5;
 
 struct Candidate {
   std::string kernel;
@@ -148,11 +155,14 @@ class ShapeRun {
   // Median microseconds per call over samples of batches of back-to-back calls: on a GPU, replays
   // of a captured graph timed with events (device time); on the CPU, wall time.
   double time(const std::string& kernel, int split) {
+    return time(kernel, split, settings_.samples, settings_.batch_ms);
+  }
+  double time(const std::string& kernel, int split, int samples, double batch_ms) {
 #if A4W4_CLI_CUDA
     if (settings_.backend == A4W4_BACKEND_CUDA)
       return bench::time_enqueued(
           [&](void*, int i) { run(kernel, split, static_cast<size_t>(i) % sets_.size()); },
-          memory_.stream(), settings_.samples, settings_.batch_ms * 1000);
+          memory_.stream(), std::max(samples, 1), batch_ms * 1000);
 #endif
     using clock = std::chrono::steady_clock;
     auto batch_seconds = [&](int calls) {
@@ -163,9 +173,10 @@ class ShapeRun {
     };
     batch_seconds(1);  // warm-up (first touch, caches, lazy loading)
     const double one = std::max(batch_seconds(1), 1e-7);
-    const int calls = std::clamp(static_cast<int>(settings_.batch_ms * 1e-3 / one), 1, 10000);
+    const int calls = std::clamp(static_cast<int>(batch_ms * 1e-3 / one), 1, 10000);
     std::vector<double> us;
-    for (int i = 0; i < settings_.samples; ++i) us.push_back(batch_seconds(calls) / calls * 1e6);
+    for (int i = 0; i < std::max(samples, 1); ++i)
+      us.push_back(batch_seconds(calls) / calls * 1e6);
     std::sort(us.begin(), us.end());
     return us[us.size() / 2];
   }
@@ -316,7 +327,10 @@ void run_tune(TuneSettings settings) {
       return c.kernel == heuristic.kernel && c.split_k == heuristic.split_k;
     };
     if (std::none_of(list.begin(), list.end(), same)) list.push_back(heuristic);
+    // The heuristic's choice first: the yardstick for pruning and for the margin.
+    std::stable_partition(list.begin(), list.end(), same);
     const double tolerance = check_tolerance(settings.out_dtype);
+    double best_us = 0;
     for (Candidate& candidate : list) {
       if (!run.why_not(candidate.kernel, candidate.split_k).empty()) continue;
       const double error = run.error_of(candidate.kernel, candidate.split_k);
@@ -329,17 +343,28 @@ void run_tune(TuneSettings settings) {
                    shape.k, error, tolerance);
         continue;
       }
+      if (best_us > 0) {
+        const double probe = run.time(candidate.kernel, candidate.split_k, 1, settings.batch_ms);
+        if (probe > kPruneFactor * best_us) {
+          candidate.us = probe;  // clearly slower: one sample is enough to rank it
+          continue;
+        }
+      }
       candidate.us = run.time(candidate.kernel, candidate.split_k);
+      if (best_us == 0 || candidate.us < best_us) best_us = candidate.us;
     }
     const Candidate* best = nullptr;
     for (const Candidate& candidate : list)
       if (candidate.us > 0 && (best == nullptr || candidate.us < best->us)) best = &candidate;
+    const auto heuristic_timed = std::find_if(list.begin(), list.end(), same);
+    if (best != nullptr && heuristic_timed->us > 0 &&
+        best->us > heuristic_timed->us * (1 - settings.margin_percent / 100))
+      best = &*heuristic_timed;  // within the margin: noise, keep the heuristic's choice
     if (best == nullptr) {
       fmt::print(stderr, "\na4w4: warning: no kernel ran {}x{}x{} correctly; no entry written\n",
                  shape.m, shape.n, shape.k);
       continue;
     }
-    const auto heuristic_run = std::find_if(list.begin(), list.end(), same);
     const tuned::Row row{0,
                          device_name,
                          sm_count,
@@ -352,7 +377,7 @@ void run_tune(TuneSettings settings) {
                          std::round(2.0 * shape.m * shape.n * shape.k / best->us / 1e2) / 1e4};
     csv += fmt::format("{},{},{},{},{}\n", tuned::format_row(row),
                        shape.label.empty() ? "-" : shape.label, heuristic.kernel, heuristic.split_k,
-                       std::round(heuristic_run->us * 100) / 100);
+                       std::round(heuristic_timed->us * 100) / 100);
     ++rows;
   }
   show_progress(shapes.size(), shapes.size(), "done");
@@ -401,6 +426,11 @@ void add_tune_command(CLI::App& app) {
                    "Cycle through operand copies this large, to defeat caches (cuda: 256)")
       ->check(CLI::Range(0.0, 65536.0));
   command->add_option("--seed", settings->seed, "Random seed of the operands (1)");
+  command
+      ->add_option("--margin", settings->margin_percent,
+                   "Keep the heuristic's choice unless another is at least this many percent "
+                   "faster (2)")
+      ->check(CLI::Range(0.0, 100.0));
   command->add_flag("--wide-scales", settings->wide_scales,
                     "Block scales spread over 120..135 (defeats scale folding) instead of the "
                     "typical 125..127, as a4w4 bench");

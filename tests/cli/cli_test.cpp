@@ -221,6 +221,27 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
   EXPECT_NE(result.out.find("heuristic"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("tuned"), std::string::npos) << result.out;
 
+  // With a 100% margin nothing can beat the heuristic: every entry is the heuristic's own choice
+  // (kernel and split in columns 6-7 equal heuristic_kernel and heuristic_split_k, columns 11-12).
+  result = run(
+      "tune --shapes shapes.txt --out kept.csv --samples 2 --batch-ms 0.2 --threads 2 "
+      "--margin 100");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::istringstream kept(slurp(path("kept.csv")));
+  int entries = 0;
+  for (std::string line; std::getline(kept, line);) {
+    if (line.empty() || line[0] == '#' || line.rfind("device,", 0) == 0) continue;
+    std::vector<std::string> fields;
+    std::istringstream row(line);
+    for (std::string field; std::getline(row, field, ',');) fields.push_back(field);
+    ASSERT_EQ(fields.size(), 13u) << line;
+    EXPECT_EQ(fields[5], fields[10]) << line;
+    EXPECT_EQ(fields[6], fields[11]) << line;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 2);
+  expect_failure("tune --shapes shapes.txt --out t.csv --margin 101", "--margin");
+
   expect_failure("tune --shapes no-such-thing --out t.csv", "neither a file nor a preset");
 }
 
