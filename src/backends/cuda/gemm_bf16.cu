@@ -75,8 +75,9 @@ struct Layout {
   static constexpr int kRawBytes = kRows * 32;     // 64 E2M1 per row
   static constexpr int kRawOffset = kStages * kStageBytes;
   static constexpr int kGenericOffset = kRawOffset + kRawStages * kRawBytes;
-  static constexpr int kControlOffset =
+  static constexpr int kTablesOffset =
       kGenericOffset + static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16);
+  static constexpr int kControlOffset = kTablesOffset + 2 * 256 * 16;  // A's, then B's
   static constexpr size_t kBytes = kControlOffset + sizeof(Control);
   static constexpr int kRowsPerThread = kRows / kWarpgroup;  // converter rows: c + 128 i
   static constexpr int kAcc = kTileN / 2;                    // fp32 accumulators per thread
@@ -84,28 +85,20 @@ struct Layout {
 };
 
 // bf16 bit patterns of the E2M1 magnitudes 0.5, 1, ..., 6 at block exponent e (relative to the
-// CTA's centre): exponent field 127 + e + {-1, 0, 0, 1, 1, 2, 2}, mantissa top bit for 1.5, 3, 6.
-// Returned as PRMT tables: the low and high bytes of the 8 entries (entry 0 is +0).
-struct Bf16Table {
-  uint32_t lo[2], hi[2];
-};
-__device__ __forceinline__ Bf16Table bf16_table(int e, bool nan) {
+// tile's centre): exponent field 127 + e + {-1, 0, 0, 1, 1, 2, 2}, mantissa top bit for 1.5, 3, 6.
+// As PRMT tables: the low bytes of the 8 entries (entry 0 is +0) in lo0, lo1 and the high bytes in
+// hi0, hi1 (x, y, z, w). The converters keep one per scale byte in shared memory, built per tile.
+__device__ __forceinline__ uint4 bf16_table(int e, bool nan) {
+  if (nan) return make_uint4(0xC0C0C0C0u, 0xC0C0C0C0u, 0x7F7F7F7Fu, 0x7F7F7F7Fu);  // all NaN
   // Per byte m of the two words: 127 + e + de[m] (de for m = 0..7: 0 (unused), -1, 0, 0, 1, 1, 2,
-  // 2).
+  // 2); |e| <= 64 keeps every byte in 62..193, so no byte carries into the next.
   constexpr uint32_t kDe0 = 0x7F7F7E7Fu, kDe1 = 0x81818080u;      // 127 + de, bytes m = 0..3, 4..7
   constexpr uint32_t kMant0 = 0x40000000u, kMant1 = 0x40004000u;  // bit 6 of the low byte
-  Bf16Table t;
-  const uint32_t shift = static_cast<uint32_t>(e) * 0x01010101u;  // |e| small: no byte overflow
-  const uint32_t x[2] = {kDe0 + shift, kDe1 + shift};
-  const uint32_t mant[2] = {kMant0, kMant1};
-#pragma unroll
-  for (int w = 0; w < 2; ++w) {
-    t.hi[w] = (x[w] >> 1) & 0x7F7F7F7Fu;
-    t.lo[w] = ((x[w] << 7) & 0x80808080u) | mant[w];
-  }
-  t.lo[0] &= 0xFFFFFF00u, t.hi[0] &= 0xFFFFFF00u;                             // code 0 is +0
-  if (nan) t.lo[0] = t.lo[1] = 0xC0C0C0C0u, t.hi[0] = t.hi[1] = 0x7F7F7F7Fu;  // every value NaN
-  return t;
+  const uint32_t shift = static_cast<uint32_t>(e) * 0x01010101u;
+  const uint32_t x0 = kDe0 + shift, x1 = kDe1 + shift;
+  return make_uint4((((x0 << 7) & 0x80808080u) | kMant0) & 0xFFFFFF00u,  // code 0 is +0
+                    ((x1 << 7) & 0x80808080u) | kMant1, ((x0 >> 1) & 0x7F7F7F7Fu) & 0xFFFFFF00u,
+                    (x1 >> 1) & 0x7F7F7F7Fu);
 }
 
 __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
@@ -114,28 +107,33 @@ __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t s
   return out;
 }
 
-// Four E2M1 codes (low 16 bits) -> four bf16 (two words: elements 0, 1 and 2, 3).
-__device__ __forceinline__ uint2 to_bf16x4(uint32_t codes, const Bf16Table& t) {
-  const uint32_t index = codes & 0x7777u;
-  const uint32_t lo = permute(t.lo[0], t.lo[1], index);
-  const uint32_t hi_pos = permute(t.hi[0], t.hi[1], index);
-  const uint32_t hi = permute(hi_pos, hi_pos | 0x80808080u, 0x3210u | ((codes >> 1) & 0x4444u));
+// Four E2M1 magnitudes (the low 16 bits of `index`, PRMT reads no more) with their sign selector
+// -> four bf16 (two words: elements 0, 1 and 2, 3).
+__device__ __forceinline__ uint2 to_bf16x4(uint32_t index, uint32_t sign, const uint4& t) {
+  const uint32_t lo = permute(t.x, t.y, index);
+  const uint32_t hi_pos = permute(t.z, t.w, index);
+  const uint32_t hi = permute(hi_pos, hi_pos | 0x80808080u, sign);
   return make_uint2(permute(lo, hi, 0x5140u), permute(lo, hi, 0x7362u));
 }
 
-// Writes one 32-element block (16 packed bytes, scale byte `scale`) as 32 bf16 (64 bytes) into
-// row `row`, bytes [64 half, 64 half + 64) of a swizzled stage.
-__device__ __forceinline__ void store_block(uint4 codes, uint32_t scale, int centre, uint8_t* stage,
+// Eight E2M1 codes (element i in nibble i) -> eight bf16 (16 bytes). The sign selector picks,
+// per byte, the negative high byte (4 + byte) when the code's sign bit is set.
+__device__ __forceinline__ uint4 to_bf16x8(uint32_t codes, const uint4& t) {
+  const uint32_t index = codes & 0x77777777u;
+  const uint32_t sign = ((codes >> 1) & 0x44444444u) | 0x32103210u;
+  const uint2 first = to_bf16x4(index, sign, t), second = to_bf16x4(index >> 16, sign >> 16, t);
+  return make_uint4(first.x, first.y, second.x, second.y);
+}
+
+// Writes one 32-element block (16 packed bytes, its table) as 32 bf16 (64 bytes) into row `row`,
+// bytes [64 half, 64 half + 64) of a swizzled stage.
+__device__ __forceinline__ void store_block(uint4 codes, const uint4& table, uint8_t* stage,
                                             int row, int half) {
-  const bool nan = scale == 0xFFu;
-  const Bf16Table t = bf16_table(nan ? 0 : static_cast<int>(scale) - centre, nan);
   const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {  // 8 elements = 16 bytes of bf16 per word
-    const uint2 first = to_bf16x4(words[q], t), second = to_bf16x4(words[q] >> 16, t);
+  for (int q = 0; q < 4; ++q)
     *reinterpret_cast<uint4*>(stage + wgmma::swizzled_offset(row, 64 * half + 16 * q)) =
-        make_uint4(first.x, first.y, second.x, second.y);
-  }
+        to_bf16x8(words[q], table);
 }
 
 // The per-byte minimum of the scale bytes and the per-byte maximum of (byte + 1) mod 256 (so NaN,
@@ -241,6 +239,15 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
       centre[o] = any ? static_cast<int>(lo + hi - 1) / 2 : 127;
       foldable = foldable && (!any || static_cast<int>(hi - 1 - lo) <= 2 * kMaxHalfSpread);
     }
+    // The tile's bf16 tables, one per scale byte (past the spread: never used), then a barrier:
+    // the previous tile's conversions ended before the pre-pass's barrier.
+    uint4* tables = reinterpret_cast<uint4*>(smem + L::kTablesOffset);
+    if (foldable) {
+      for (int i = c; i < 2 * 256; i += kWarpgroup) {
+        const int e = (i % 256) - centre[i / 256];
+        tables[i] = bf16_table(max(-64, min(64, e)), i % 256 == 0xFF);
+      }
+    }
     if (c == 0) {
       const int slot = local % 2;
       pipeline::wait(&ctl.info_empty[slot], ((local / 2) & 1) ^ 1);
@@ -273,6 +280,7 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
     };
     uint32_t scales_next[L::kRowsPerThread];
     load_scales(0, scales_next);
+    pipeline::named_sync(kConverterBarrier, kWarpgroup);  // the tables are written
     for (int step = 0; step < steps; ++step, ++raw_use, ++stage_use) {
       const uint32_t raw_slot = raw_use % kRawStages;
       pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
@@ -295,9 +303,10 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
 #pragma unroll
       for (int i = 0; i < L::kRowsPerThread; ++i)
 #pragma unroll
-        for (int half = 0; half < 2; ++half)
-          store_block(codes[i][half], (scales[i] >> (8 * half)) & 0xFFu, centre[i == 0 ? 0 : 1],
-                      stage, c + kWarpgroup * i, half);
+        for (int half = 0; half < 2; ++half) {
+          const uint4 table = tables[(i == 0 ? 0 : 256) + ((scales[i] >> (8 * half)) & 0xFFu)];
+          store_block(codes[i][half], table, stage, c + kWarpgroup * i, half);
+        }
       wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
       pipeline::arrive(&ctl.full[slot]);
     }
