@@ -153,6 +153,7 @@ __device__ void scan_scales(const PackedOperand& op, int64_t row0, int64_t rows,
   if (reinterpret_cast<uintptr_t>(op.scale) % 16 == 0 && op.scale_stride % 16 == 0 &&
       blocks % 16 == 0) {
     const int per_row = blocks / 16;
+#pragma unroll 8  // independent loads in flight: the scan is latency-bound
     for (int i = c; i < valid * per_row; i += kWarpgroup) {
       const uint4 w = __ldg(reinterpret_cast<const uint4*>(base + (i / per_row) * op.scale_stride) +
                             i % per_row);
