@@ -62,6 +62,7 @@ struct TileInfo {
 
 struct Control {
   uint64_t raw_full[kRawStages];           // TMA landed (expect-tx)
+  uint64_t raw_empty[kRawStages];          // every converter has read the raw stage
   uint64_t full[kStages], empty[kStages];  // converters -> consumers -> converters
   uint64_t info_full[2], info_empty[2];
   TileInfo info[2];
@@ -203,11 +204,12 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
   for (int tile = blockIdx.x; tile < tile_count<kTileN>(p); tile += gridDim.x, ++local) {
     int64_t m0, n0;
     tile_origin<kTileN>(p, tile, m0, n0);
-    // Raw stage for step `step` into the slot of ring use `use` (every converter thread has
-    // consumed that slot's previous contents: a converter barrier lies between).
+    // Raw stage for step `step` into the slot of ring use `use`, once every converter has read
+    // the slot's previous contents.
     auto issue = [&](uint32_t use, int step) {
       const uint32_t slot = use % kRawStages;
       uint8_t* raw = smem + L::kRawOffset + slot * L::kRawBytes;
+      pipeline::wait(&ctl.raw_empty[slot], ((use / kRawStages) & 1) ^ 1);
       pipeline::arrive_expect_tx(&ctl.raw_full[slot], L::kRawBytes);
       pipeline::tma_load_2d(raw, map_a, &ctl.raw_full[slot], 32 * step, static_cast<int>(m0));
       pipeline::tma_load_2d(raw + kTileM * 32, map_b, &ctl.raw_full[slot], 32 * step,
@@ -245,7 +247,7 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
     uint4* tables = reinterpret_cast<uint4*>(smem + L::kTablesOffset);
     if (foldable) {
       for (int i = c; i < 2 * 256; i += kWarpgroup) {
-        const int e = (i % 256) - centre[i / 256];
+        const int e = (i % 256) - (i < 256 ? centre[0] : centre[1]);
         tables[i] = bf16_table(max(-64, min(64, e)), i % 256 == 0xFF);
       }
     }
@@ -255,10 +257,12 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
       ctl.info[slot] = {centre[0], centre[1], foldable ? 1 : 0};
       pipeline::arrive(&ctl.info_full[slot]);
     }
-    if (!foldable) {  // the consumers run the exact generic tiles
-      for (int s = 0; s < ahead; ++s, ++raw_use)
+    if (!foldable) {  // the consumers run the exact generic tiles; the raw stages are dropped
+      for (int s = 0; s < ahead; ++s, ++raw_use) {
         pipeline::wait(&ctl.raw_full[raw_use % kRawStages], (raw_use / kRawStages) & 1);
-      pipeline::named_sync(kConverterBarrier, kWarpgroup);  // all waited before slots re-arm
+        pipeline::arrive(&ctl.raw_empty[raw_use % kRawStages]);
+      }
+      pipeline::named_sync(kConverterBarrier, kWarpgroup);  // ctl.reduce was read by all
       continue;
     }
 
@@ -281,7 +285,8 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
     };
     uint32_t scales_next[L::kRowsPerThread];
     load_scales(0, scales_next);
-    pipeline::named_sync(kConverterBarrier, kWarpgroup);  // the tables are written
+    pipeline::named_sync(kConverterBarrier, kWarpgroup);  // the tables are written, ctl.reduce
+                                                          // read
     for (int step = 0; step < steps; ++step, ++raw_use, ++stage_use) {
       const uint32_t raw_slot = raw_use % kRawStages;
       pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
@@ -294,9 +299,11 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
         codes[i][0] = row[0], codes[i][1] = row[1];
         scales[i] = scales_next[i];
       }
+      pipeline::arrive(&ctl.raw_empty[raw_slot]);
       if (step + 1 < steps) load_scales(step + 1, scales_next);
-      pipeline::named_sync(kConverterBarrier, kWarpgroup);  // raw slot read by all: refill it
-      if (c == 0 && step + kRawStages < steps) issue(raw_use + kRawStages, step + kRawStages);
+      // Refill the slot of the previous step (read by the other warps by now, most likely).
+      if (c == 0 && step > 0 && step - 1 + kRawStages < steps)
+        issue(raw_use - 1 + kRawStages, step - 1 + kRawStages);
 
       const uint32_t slot = stage_use % kStages;
       pipeline::wait(&ctl.empty[slot], ((stage_use / kStages) & 1) ^ 1);
@@ -315,8 +322,8 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
 }
 
 // The exact generic code for a 64x64 tile, by consumer warpgroup wg (named barrier 2 + wg).
-__device__ __forceinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
-                                                int thread, generic::TileSmem* tiles, int wg) {
+__device__ __noinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
+                                             int thread, generic::TileSmem* tiles, int wg) {
   if (wg == 0) {
     generic::tile<2>(p, m0, n0, thread, tiles[0]);
   } else {
@@ -401,7 +408,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                      // 1024-aligned
   Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kRawStages; ++i) pipeline::init(&ctl.raw_full[i], 1);
+    for (int i = 0; i < kRawStages; ++i) {
+      pipeline::init(&ctl.raw_full[i], 1);
+      pipeline::init(&ctl.raw_empty[i], kWarpgroup);
+    }
     for (int i = 0; i < kStages; ++i) {
       pipeline::init(&ctl.full[i], kWarpgroup);       // every converter thread
       pipeline::init(&ctl.empty[i], 2 * kWarpgroup);  // every consumer thread
