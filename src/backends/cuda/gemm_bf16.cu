@@ -40,7 +40,9 @@ namespace {
 
 constexpr int kTileM = 128, kStepK = 64;
 constexpr int kRawStages = 4;  // TMA lands about two steps after issue
-constexpr int kStages = 3;     // bf16 stages: one in the MMAs, one in flight, one being written
+// bf16 stages: the MMAs in flight hold two (wait depth 1), the converters write the next ones; as
+// many as fit beside the raw ring (Layout::kStages).
+constexpr int kMaxStages = 4;
 constexpr int kWarpgroup = 128;
 constexpr int kThreads = 3 * kWarpgroup;  // converters, then two consumer warpgroups
 constexpr int kMaxHalfSpread = 40;
@@ -61,9 +63,9 @@ struct TileInfo {
 };
 
 struct Control {
-  uint64_t raw_full[kRawStages];           // TMA landed (expect-tx)
-  uint64_t raw_empty[kRawStages];          // every converter has read the raw stage
-  uint64_t full[kStages], empty[kStages];  // converters -> consumers -> converters
+  uint64_t raw_full[kRawStages];                 // TMA landed (expect-tx)
+  uint64_t raw_empty[kRawStages];                // every converter has read the raw stage
+  uint64_t full[kMaxStages], empty[kMaxStages];  // converters -> consumers -> converters
   uint64_t info_full[2], info_empty[2];
   TileInfo info[2];
   uint32_t reduce[4][4];  // the converter warps' scale ranges
@@ -71,9 +73,10 @@ struct Control {
 
 template <int kTileN>
 struct Layout {
-  static constexpr int kRows = kTileM + kTileN;    // A rows, then B rows, in every stage
-  static constexpr int kStageBytes = kRows * 128;  // 64 bf16 per row, swizzled
-  static constexpr int kRawBytes = kRows * 32;     // 64 E2M1 per row
+  static constexpr int kRows = kTileM + kTileN;          // A rows, then B rows, in every stage
+  static constexpr int kStageBytes = kRows * 128;        // 64 bf16 per row, swizzled
+  static constexpr int kRawBytes = kRows * 32;           // 64 E2M1 per row
+  static constexpr int kStages = kTileN == 256 ? 3 : 4;  // 48 or 32 KB each
   static constexpr int kRawOffset = kStages * kStageBytes;
   static constexpr int kGenericOffset = kRawOffset + kRawStages * kRawBytes;
   static constexpr int kTablesOffset =
@@ -83,6 +86,7 @@ struct Layout {
   static constexpr int kRowsPerThread = kRows / kWarpgroup;  // converter rows: c + 128 i
   static constexpr int kAcc = kTileN / 2;                    // fp32 accumulators per thread
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kRows % kWarpgroup == 0);
+  static_assert(kStages <= kMaxStages);
 };
 
 // bf16 bit patterns of the E2M1 magnitudes 0.5, 1, ..., 6 at block exponent e (relative to the
@@ -305,8 +309,8 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
       if (c == 0 && step > 0 && step - 1 + kRawStages < steps)
         issue(raw_use - 1 + kRawStages, step - 1 + kRawStages);
 
-      const uint32_t slot = stage_use % kStages;
-      pipeline::wait(&ctl.empty[slot], ((stage_use / kStages) & 1) ^ 1);
+      const uint32_t slot = stage_use % L::kStages;
+      pipeline::wait(&ctl.empty[slot], ((stage_use / L::kStages) & 1) ^ 1);
       uint8_t* stage = smem + slot * L::kStageBytes;
 #pragma unroll
       for (int i = 0; i < L::kRowsPerThread; ++i)
@@ -360,8 +364,8 @@ __device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl,
     for (int i = 0; i < L::kAcc; ++i) acc[i] = 0.0f;
     wgmma::fence_operands(acc);
     for (int step = 0; step < steps; ++step, ++stage_use) {
-      const uint32_t stage = stage_use % kStages;
-      pipeline::wait(&ctl.full[stage], (stage_use / kStages) & 1);
+      const uint32_t stage = stage_use % L::kStages;
+      pipeline::wait(&ctl.full[stage], (stage_use / L::kStages) & 1);
       const uint32_t base = wgmma::shared_address(smem + stage * L::kStageBytes);
       const uint32_t a_base = base + wg * 64 * 128, b_base = base + kTileM * 128;
       wgmma::fence();
@@ -377,11 +381,11 @@ __device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl,
       }
       wgmma::commit();
       wgmma::wait<1>();  // the previous step's MMAs are done: its stage goes back
-      if (step > 0) pipeline::arrive(&ctl.empty[(stage_use - 1) % kStages]);
+      if (step > 0) pipeline::arrive(&ctl.empty[(stage_use - 1) % L::kStages]);
     }
     wgmma::wait<0>();
     wgmma::fence_operands(acc);
-    pipeline::arrive(&ctl.empty[(stage_use - 1) % kStages]);
+    pipeline::arrive(&ctl.empty[(stage_use - 1) % L::kStages]);
 
     // D = acc * 2^(cA + cB - 254), then alpha, beta C, bias and one rounding.
     const double factor = ldexp(1.0, info.centre_a + info.centre_b - 254);
@@ -412,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       pipeline::init(&ctl.raw_full[i], 1);
       pipeline::init(&ctl.raw_empty[i], kWarpgroup);
     }
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < L::kStages; ++i) {
       pipeline::init(&ctl.full[i], kWarpgroup);       // every converter thread
       pipeline::init(&ctl.empty[i], 2 * kWarpgroup);  // every consumer thread
     }
