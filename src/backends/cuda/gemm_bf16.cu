@@ -342,7 +342,7 @@ __device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl,
   const int thread = threadIdx.x % kWarpgroup;
   const int steps = static_cast<int>(p.k / kStepK);
   auto* generic_tiles = reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset);
-  uint32_t stage_use = 0;
+  uint32_t stage = 0, phase = 0;  // the bf16 ring's next slot and its phase parity
   int local = 0;
   float acc[L::kAcc];
   for (int tile = blockIdx.x; tile < tile_count<kTileN>(p); tile += gridDim.x, ++local) {
@@ -363,9 +363,9 @@ __device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl,
 #pragma unroll
     for (int i = 0; i < L::kAcc; ++i) acc[i] = 0.0f;
     wgmma::fence_operands(acc);
-    for (int step = 0; step < steps; ++step, ++stage_use) {
-      const uint32_t stage = stage_use % L::kStages;
-      pipeline::wait(&ctl.full[stage], (stage_use / L::kStages) & 1);
+    uint32_t previous = 0;
+    for (int step = 0; step < steps; ++step) {
+      pipeline::wait(&ctl.full[stage], phase);
       const uint32_t base = wgmma::shared_address(smem + stage * L::kStageBytes);
       const uint32_t a_base = base + wg * 64 * 128, b_base = base + kTileM * 128;
       wgmma::fence();
@@ -381,11 +381,13 @@ __device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl,
       }
       wgmma::commit();
       wgmma::wait<1>();  // the previous step's MMAs are done: its stage goes back
-      if (step > 0) pipeline::arrive(&ctl.empty[(stage_use - 1) % L::kStages]);
+      if (step > 0) pipeline::arrive(&ctl.empty[previous]);
+      previous = stage;
+      if (++stage == L::kStages) stage = 0, phase ^= 1;
     }
     wgmma::wait<0>();
     wgmma::fence_operands(acc);
-    pipeline::arrive(&ctl.empty[(stage_use - 1) % L::kStages]);
+    pipeline::arrive(&ctl.empty[previous]);
 
     // D = acc * 2^(cA + cB - 254), then alpha, beta C, bias and one rounding.
     const double factor = ldexp(1.0, info.centre_a + info.centre_b - 254);
