@@ -125,7 +125,11 @@ __device__ __forceinline__ uint2 to_bf16x4(uint32_t index, uint32_t sign, const 
 // per byte, the negative high byte (4 + byte) when the code's sign bit is set.
 __device__ __forceinline__ uint4 to_bf16x8(uint32_t codes, const uint4& t) {
   const uint32_t index = codes & 0x77777777u;
-  const uint32_t sign = ((codes >> 1) & 0x44444444u) | 0x32103210u;
+  // (codes >> 1) & 0x44444444 | 0x32103210 in one LOP3 (the second constant in a register).
+  uint32_t sign;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"
+      : "=r"(sign)
+      : "r"(codes >> 1), "n"(0x44444444u), "r"(0x32103210u));
   const uint2 first = to_bf16x4(index, sign, t), second = to_bf16x4(index >> 16, sign >> 16, t);
   return make_uint4(first.x, first.y, second.x, second.y);
 }
@@ -272,19 +276,21 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
 
     // Converter rows: c + 128 i of the stage (row < 128: A row m0 + row; else B row n0 + row -
     // 128).
+    const uint8_t* scale_rows[L::kRowsPerThread];  // nullptr past M or N
+#pragma unroll
+    for (int i = 0; i < L::kRowsPerThread; ++i) {
+      const bool is_a = i == 0;
+      const PackedOperand& op = is_a ? p.a : p.b;
+      const int64_t row = (is_a ? m0 : n0 - kTileM) + c + kWarpgroup * i;
+      scale_rows[i] = row < (is_a ? p.m : p.n) ? op.scale + row * op.scale_stride : nullptr;
+    }
     auto load_scales = [&](int step, uint32_t(&out)[L::kRowsPerThread]) {
 #pragma unroll
       for (int i = 0; i < L::kRowsPerThread; ++i) {
-        const bool is_a = i == 0;
-        const PackedOperand& op = is_a ? p.a : p.b;
-        const int64_t row = (is_a ? m0 : n0 - kTileM) + c + kWarpgroup * i;
-        const int k = centre[is_a ? 0 : 1];
-        if (row < (is_a ? p.m : p.n)) {
-          const uint8_t* s = op.scale + row * op.scale_stride + 2 * step;
-          out[i] = __ldg(s) | (uint32_t{__ldg(s + 1)} << 8);
-        } else {
-          out[i] = static_cast<uint32_t>(k) * 0x101u;  // e = 0 on the zero-filled rows
-        }
+        const uint8_t* s = scale_rows[i] + 2 * step;
+        out[i] = scale_rows[i] != nullptr
+                     ? __ldg(s) | (uint32_t{__ldg(s + 1)} << 8)
+                     : static_cast<uint32_t>(i == 0 ? centre[0] : centre[1]) * 0x101u;  // e = 0
       }
     };
     uint32_t scales_next[L::kRowsPerThread];
