@@ -2,15 +2,21 @@
 //
 // A CTA loops over 128 x kTileN tiles of D (kTileN = 256, or 128 when 256-wide tiles would leave
 // SMs idle) with three warpgroups:
-// - the converter warpgroup: its thread 0 keeps a ring of raw stages (the packed E2M1 bytes of a
-//   K step of 64, for the tile's A and B rows) filled by TMA; all 128 threads turn each raw stage
-//   into bf16 with the block scales folded into the exponents, written 128-byte swizzled into a
-//   ring of bf16 stages for wgmma. Conversion is the bottleneck (24K values per step for a
-//   128x256 tile against 2M MACs), so it has a warpgroup of its own and overlaps the MMAs; the
-//   scale bytes (one per row and block) are read with plain loads one step ahead.
+// - the converter warpgroup: its thread 0 keeps a 4-deep ring of raw stages (the packed E2M1
+//   bytes of a K step of 64, for the tile's A and B rows) filled by TMA; all 128 threads turn each
+//   raw stage into bf16 with the block scales folded into the exponents (PRMT tables, one per scale
+//   byte, built per tile in shared memory), written 128-byte swizzled into a ring of bf16 stages
+//   for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile against 2M
+//   MACs, about 500 integer instructions per converter thread per step at half rate), so it has a
+//   warpgroup of its own and overlaps the MMAs. The scale bytes (one per row and block) are read
+//   with plain loads one step ahead: TMA boxes need 16-byte rows, which short K would not give.
+//   A is converted to shared memory like B, not into the consumers' registers: the integer pipe
+//   is shared by the warps of an SM sub-partition, so moving work to the consumers would not add
+//   conversion throughput, and the validated smem-descriptor layouts are reused as they are.
 // - two consumer warpgroups (64 rows of the tile each) issue wgmma m64nNk16 on the bf16 stages,
 //   keep one step of MMAs in flight, and release stages through mbarriers; they run the epilogue
-//   while the converters already work on their next tile.
+//   while the converters already work on their next tile. setmaxnreg moves registers from the
+//   converters (88) to the consumers' accumulators (208).
 //
 // Exactness: E2M1 values have two significant bits, so v * 2^e is exact in bf16 for any exponent in
 // its normal range, and the product of two such values is exact in fp32 when its exponent stays in
