@@ -55,7 +55,7 @@ constexpr int kMaxHalfSpread = 40;
 // Registers per thread: the launch gives 168 (65536 / 384, rounded down to 8); the converters hand
 // theirs to the consumers' accumulators. setmaxnreg only moves registers the CTA holds, so
 // 2 * consumer + converter <= 3 * 168.
-constexpr int kConverterRegisters = 88, kConsumerRegisters = 208;
+constexpr int kConverterRegisters = 104, kConsumerRegisters = 200;
 static_assert(2 * kConsumerRegisters + kConverterRegisters <= 3 * 168);
 constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are reused from L2
 // Named barriers: 0 is __syncthreads; the converters sync on 1; the generic fallback tiles of
@@ -89,8 +89,10 @@ struct Layout {
       kGenericOffset + static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16);
   static constexpr int kControlOffset = kTablesOffset + 2 * 256 * 16;  // A's, then B's
   static constexpr size_t kBytes = kControlOffset + sizeof(Control);
-  static constexpr int kRowsPerThread = kRows / kWarpgroup;  // converter rows: c + 128 i
-  static constexpr int kAcc = kTileN / 2;                    // fp32 accumulators per thread
+  // Converter thread c takes the blocks b = c + 128 j of a stage (row b / 2, half b % 2): its
+  // raw loads are consecutive across the warp and its swizzled stores conflict-free.
+  static constexpr int kBlocksPerThread = 2 * kRows / kWarpgroup;
+  static constexpr int kAcc = kTileN / 2;  // fp32 accumulators per thread
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kRows % kWarpgroup == 0);
   static_assert(kStages <= kMaxStages);
 };
@@ -142,8 +144,8 @@ __device__ __forceinline__ uint4 to_bf16x8(uint32_t codes, const uint4& t) {
 
 // Writes one 32-element block (16 packed bytes, its table) as 32 bf16 (64 bytes) into row `row`,
 // bytes [64 half, 64 half + 64) of a swizzled stage.
-__device__ __forceinline__ void store_block(uint4 codes, const uint4& table, uint8_t* stage,
-                                            int row, int half) {
+__device__ __forceinline__ void store_block(uint4 codes, uint4 table, uint8_t* stage, int row,
+                                            int half) {
   const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
   for (int q = 0; q < 4; ++q)
@@ -280,26 +282,24 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
       continue;
     }
 
-    // Converter rows: c + 128 i of the stage (row < 128: A row m0 + row; else B row n0 + row -
-    // 128).
-    const uint8_t* scale_rows[L::kRowsPerThread];  // nullptr past M or N
+    // Stage row r < 128 is A row m0 + r, others B row n0 + r - 128: blocks j < 2 are A's. The
+    // scale byte of each block (block c % 2 of its row's K step); nullptr past M or N.
+    const uint8_t* scale_blocks[L::kBlocksPerThread];
 #pragma unroll
-    for (int i = 0; i < L::kRowsPerThread; ++i) {
-      const bool is_a = i == 0;
+    for (int j = 0; j < L::kBlocksPerThread; ++j) {
+      const bool is_a = j < 2;
       const PackedOperand& op = is_a ? p.a : p.b;
-      const int64_t row = (is_a ? m0 : n0 - kTileM) + c + kWarpgroup * i;
-      scale_rows[i] = row < (is_a ? p.m : p.n) ? op.scale + row * op.scale_stride : nullptr;
+      const int64_t row = (is_a ? m0 : n0 - kTileM) + (c + kWarpgroup * j) / 2;
+      scale_blocks[j] =
+          row < (is_a ? p.m : p.n) ? op.scale + row * op.scale_stride + c % 2 : nullptr;
     }
-    auto load_scales = [&](int step, uint32_t(&out)[L::kRowsPerThread]) {
+    auto load_scales = [&](int step, uint32_t(&out)[L::kBlocksPerThread]) {
 #pragma unroll
-      for (int i = 0; i < L::kRowsPerThread; ++i) {
-        const uint8_t* s = scale_rows[i] + 2 * step;
-        out[i] = scale_rows[i] != nullptr
-                     ? __ldg(s) | (uint32_t{__ldg(s + 1)} << 8)
-                     : static_cast<uint32_t>(i == 0 ? centre[0] : centre[1]) * 0x101u;  // e = 0
-      }
+      for (int j = 0; j < L::kBlocksPerThread; ++j)  // e = 0 on the zero-filled rows
+        out[j] = scale_blocks[j] != nullptr ? __ldg(scale_blocks[j] + 2 * step)
+                                            : static_cast<uint32_t>(j < 2 ? centre[0] : centre[1]);
     };
-    uint32_t scales_next[L::kRowsPerThread];
+    uint32_t scales_next[L::kBlocksPerThread];
     load_scales(0, scales_next);
     pipeline::named_sync(kConverterBarrier, kWarpgroup);  // the tables are written, ctl.reduce
                                                           // read
@@ -307,13 +307,12 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
       const uint32_t raw_slot = raw_use % kRawStages;
       pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
       const uint8_t* raw = smem + L::kRawOffset + raw_slot * L::kRawBytes;
-      uint4 codes[L::kRowsPerThread][2];
-      uint32_t scales[L::kRowsPerThread];
+      uint4 codes[L::kBlocksPerThread];
+      uint32_t scales[L::kBlocksPerThread];
 #pragma unroll
-      for (int i = 0; i < L::kRowsPerThread; ++i) {
-        const uint4* row = reinterpret_cast<const uint4*>(raw + (c + kWarpgroup * i) * 32);
-        codes[i][0] = row[0], codes[i][1] = row[1];
-        scales[i] = scales_next[i];
+      for (int j = 0; j < L::kBlocksPerThread; ++j) {
+        codes[j] = reinterpret_cast<const uint4*>(raw)[c + kWarpgroup * j];
+        scales[j] = scales_next[j];
       }
       pipeline::arrive(&ctl.raw_empty[raw_slot]);
       if (step + 1 < steps) load_scales(step + 1, scales_next);
@@ -325,12 +324,9 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
       pipeline::wait(&ctl.empty[slot], ((stage_use / L::kStages) & 1) ^ 1);
       uint8_t* stage = smem + slot * L::kStageBytes;
 #pragma unroll
-      for (int i = 0; i < L::kRowsPerThread; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const uint4 table = tables[(i == 0 ? 0 : 256) + ((scales[i] >> (8 * half)) & 0xFFu)];
-          store_block(codes[i][half], table, stage, c + kWarpgroup * i, half);
-        }
+      for (int j = 0; j < L::kBlocksPerThread; ++j)
+        store_block(codes[j], tables[(j < 2 ? 0 : 256) + scales[j]], stage,
+                    (c + kWarpgroup * j) / 2, c % 2);
       wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
       pipeline::arrive(&ctl.full[slot]);
     }
