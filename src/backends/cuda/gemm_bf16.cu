@@ -16,7 +16,7 @@
 // - two consumer warpgroups (64 rows of the tile each) issue wgmma m64nNk16 on the bf16 stages,
 //   keep one step of MMAs in flight, and release stages through mbarriers; they run the epilogue
 //   while the converters already work on their next tile. setmaxnreg moves registers from the
-//   converters (88) to the consumers' accumulators (208).
+//   converters (104) to the consumers' accumulators (200).
 //
 // Exactness: E2M1 values have two significant bits, so v * 2^e is exact in bf16 for any exponent in
 // its normal range, and the product of two such values is exact in fp32 when its exponent stays in
