@@ -70,7 +70,9 @@ struct Packed {
 // more than 3 binades, so the decode kernel's exact per-block path runs), wide (0..254, the E8M0
 // extremes), or tile-local like real data (per row a base in 100..150, each block base + 0..3, and
 // 2% of blocks 5 higher: mostly the folded fast path, mixed with the exact one).
-enum ScaleKind { kNarrowScales = 0, kWideScales = 1, kTileLocalScales = 2 };
+// Mixed: tile-local, except rows 256..383 (one 128-row tile), which are wide: a kernel with tiles
+// of 128 rows sees foldable and exact tiles in one launch.
+enum ScaleKind { kNarrowScales = 0, kWideScales = 1, kTileLocalScales = 2, kMixedScales = 3 };
 
 // Random codes (all 16) and scales of `kind`, with a few NaN scales.
 Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad, int kind,
@@ -85,9 +87,9 @@ Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad,
     const int row_base = base(rng);
     for (int64_t j = 0; j < p.scale_stride; ++j) {
       uint8_t& s = p.scales[static_cast<size_t>(r * p.scale_stride + j)];
-      if (kind == kWideScales) {
+      if (kind == kWideScales || (kind == kMixedScales && r / 128 == 2)) {
         s = static_cast<uint8_t>(any(rng));
-      } else if (kind == kTileLocalScales) {
+      } else if (kind == kTileLocalScales || kind == kMixedScales) {
         s = static_cast<uint8_t>(row_base + near(rng) + (unit(rng) < 0.02 ? 5 : 0));
       } else {
         s = static_cast<uint8_t>(narrow(rng));
@@ -227,8 +229,9 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
 
   // Compare element by element (padding columns must be untouched too). cuda.generic adds the
   // same double partials in the same order as the reference: with an explicit split_k its output
-  // must match bit for bit. cuda.decode and cuda.bf16 accumulate in fp32 where the scales allow (docs/
-  // semantics.md: fp32 or better), so it is held to the contract's tolerance for the output dtype.
+  // must match bit for bit. cuda.decode and cuda.bf16 accumulate in fp32 where the scales allow
+  // (docs/ semantics.md: fp32 or better), so it is held to the contract's tolerance for the output
+  // dtype.
   const bool generic = std::string(choice.kernel) == "cuda.generic";
   const bool bitwise = c.split_k != 0 && generic;
   const double tolerance =
@@ -362,6 +365,38 @@ TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {
           ++v;
           if (HasFatalFailure()) return;
         }
+  // Persistent loop: more tiles than SMs (128-wide tiles for 1000 x 2300; 256-wide for
+  // 2304 x 2056), foldable and exact tiles mixed in one CTA's sequence, long K (many turns of the
+  // stage rings), padded rows (TMA row stride beyond the row; scale rows not 16-byte aligned).
+  const GemmCase large[] = {
+      {1000, 2300, 1024, A4W4_DTYPE_BF16, true, true, kMixedScales, false, 0, "cuda.bf16", 0},
+      {2304, 2056, 256, A4W4_DTYPE_F32, false, true, kMixedScales, false, 0, "cuda.bf16", 0},
+      {300, 520, 4096, A4W4_DTYPE_F16, true, false, kTileLocalScales, false, 0, "cuda.bf16", 0},
+      {200, 136, 512, A4W4_DTYPE_F32, true, true, kTileLocalScales, false, 0, "cuda.bf16", 32},
+  };
+  for (const GemmCase& c : large) {
+    run_case(ctx_, rng_, c);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_F(CudaBackend, Bf16FamilyRefusesRowsTmaCannotLoad) {
+  // Rows of 65 bytes (130 elements): TMA needs 16-byte strides, so cuda.bf16 refuses and the
+  // dispatcher runs another kernel.
+  const a4w4_device gpu = a4w4_cuda(0);
+  DeviceBuffer a(200 * 65), as(200 * 4), b(128 * 65), bs(128 * 4), d(200 * 128 * 4);
+  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, 200, 128, 130, gpu);
+  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, 200, 4, 4, gpu);
+  a4w4_tensor tb = tensor(b.get(), A4W4_DTYPE_E2M1, 128, 128, 130, gpu);
+  a4w4_tensor tbs = tensor(bs.get(), A4W4_DTYPE_E8M0, 128, 4, 4, gpu);
+  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, 200, 128, 128, gpu);
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.kernel = "cuda.bf16";
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("16 bytes"), std::string::npos)
+      << a4w4_last_error_message();
 }
 
 TEST_F(CudaBackend, ExplicitKernelNamesAreHonouredOrRefused) {

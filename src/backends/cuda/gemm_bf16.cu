@@ -1,207 +1,511 @@
-// The bf16 tensor-core family for large M (first version: correct on the H200, about 120 TFLOP/s;
-// no TMA, warp specialisation or persistent scheduling yet).
+// The bf16 tensor-core family for large M: a persistent, warp-specialised sm_90a kernel.
 //
-// A CTA computes a 128x128 tile of D with two warpgroups (64 rows each, wgmma m64n128k16). Per
-// K step of 64 (two scale blocks) every thread converts one 32-element block of A and one of B
-// from E2M1 to bf16 with the block's scale folded into the exponent, into a 128-byte swizzled
-// shared-memory stage, while the wgmmas of the previous step run on the other stage.
+// A CTA loops over 128 x kTileN tiles of D (kTileN = 256, or 128 when 256-wide tiles would leave
+// SMs idle) with three warpgroups:
+// - the converter warpgroup: its thread 0 keeps a 4-deep ring of raw stages (the packed E2M1
+//   bytes of a K step of 64, for the tile's A and B rows) filled by TMA; all 128 threads turn each
+//   raw stage into bf16 with the block scales folded into the exponents (PRMT tables, one per scale
+//   byte, built per tile in shared memory), written 128-byte swizzled into a ring of bf16 stages
+//   for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile against 2M
+//   MACs, about 500 integer instructions per converter thread per step at half rate), so it has a
+//   warpgroup of its own and overlaps the MMAs. The scale bytes (one per row and block) are read
+//   with plain loads one step ahead: TMA boxes need 16-byte rows, which short K would not give.
+//   A is converted to shared memory like B, not into the consumers' registers: the integer pipe
+//   is shared by the warps of an SM sub-partition, so moving work to the consumers would not add
+//   conversion throughput, and the validated smem-descriptor layouts are reused as they are.
+// - two consumer warpgroups (64 rows of the tile each) issue wgmma m64nNk16 on the bf16 stages,
+//   keep one step of MMAs in flight, and release stages through mbarriers; they run the epilogue
+//   while the converters already work on their next tile. setmaxnreg moves registers from the
+//   converters (104) to the consumers' accumulators (200).
 //
 // Exactness: E2M1 values have two significant bits, so v * 2^e is exact in bf16 for any exponent in
 // its normal range, and the product of two such values is exact in fp32 when its exponent stays in
 // fp32's normal range; wgmma sums products in fp32 (as the contract allows: exact in-block
-// products, fp32 accumulation). Scales are folded relative to a per-CTA centre c (e = s - c), and
+// products, fp32 accumulation). Scales are folded relative to a per-tile centre c (e = s - c), and
 // the accumulator is scaled by 2^(cA + cB - 254) in double in the epilogue; a pre-pass over the
 // tile's scales checks that every |e| <= kMaxHalfSpread keeps products and sums inside fp32
 // (|e_a + e_b| <= 80: products >= 2^-82, sums of 2^20 products < 2^107). A tile whose scales spread
 // wider runs the generic kernel's exact tile code instead (generic_tile.cuh). NaN scales (0xFF)
-// become bf16 NaN values, which propagate through the sums as the contract asks.
+// become bf16 NaN values, which propagate through the sums as the contract asks. Rows past M or N
+// are zero-filled by TMA, fold with e = 0 and are never stored.
+#include <cuda.h>
+
+#include <algorithm>
+#include <string>
+
+#include "api/error.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/generic_tile.cuh"
+#include "backends/cuda/pipeline.cuh"
 #include "backends/cuda/wgmma.cuh"
 
 namespace a4w4::cuda {
 namespace {
 
-constexpr int kTileM = 128, kTileN = 128, kStepK = 64;
-constexpr int kThreads = 256;  // two warpgroups
-constexpr int kStageBytes = (kTileM + kTileN) * 128;  // A then B, 128 bytes (64 bf16) per row
-[[maybe_unused]] constexpr int kMaxHalfSpread = 40;
-constexpr size_t kSharedBytes = 2 * kStageBytes;  // also holds two generic::TileSmem
+constexpr int kTileM = 128, kStepK = 64;
+constexpr int kRawStages = 4;  // TMA lands about two steps after issue
+// bf16 stages: the MMAs in flight hold two (wait depth 1), the converters write the next ones; as
+// many as fit beside the raw ring (Layout::kStages).
+constexpr int kMaxStages = 4;
+constexpr int kWarpgroup = 128;
+constexpr int kThreads = 3 * kWarpgroup;  // converters, then two consumer warpgroups
+constexpr int kMaxHalfSpread = 40;
+// Registers per thread: the launch gives 168 (65536 / 384, rounded down to 8); the converters hand
+// theirs to the consumers' accumulators. setmaxnreg only moves registers the CTA holds, so
+// 2 * consumer + converter <= 3 * 168.
+constexpr int kConverterRegisters = 104, kConsumerRegisters = 200;
+static_assert(2 * kConsumerRegisters + kConverterRegisters <= 3 * 168);
+constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are reused from L2
+// Named barriers: 0 is __syncthreads; the converters sync on 1; the generic fallback tiles of
+// consumer warpgroups 0 and 1 on 2 and 3.
+constexpr uint32_t kConverterBarrier = 1;
+
+// What the converters found in a tile's scales, handed to the consumers.
+struct TileInfo {
+  int centre_a, centre_b;
+  int foldable;
+};
+
+struct Control {
+  uint64_t raw_full[kRawStages];                 // TMA landed (expect-tx)
+  uint64_t raw_empty[kRawStages];                // every converter has read the raw stage
+  uint64_t full[kMaxStages], empty[kMaxStages];  // converters -> consumers -> converters
+  uint64_t info_full[2], info_empty[2];
+  TileInfo info[2];
+  uint32_t reduce[4][4];  // the converter warps' scale ranges
+};
+
+template <int kTileN>
+struct Layout {
+  static constexpr int kRows = kTileM + kTileN;          // A rows, then B rows, in every stage
+  static constexpr int kStageBytes = kRows * 128;        // 64 bf16 per row, swizzled
+  static constexpr int kRawBytes = kRows * 32;           // 64 E2M1 per row
+  static constexpr int kStages = kTileN == 256 ? 3 : 4;  // 48 or 32 KB each
+  static constexpr int kRawOffset = kStages * kStageBytes;
+  static constexpr int kGenericOffset = kRawOffset + kRawStages * kRawBytes;
+  static constexpr int kTablesOffset =
+      kGenericOffset + static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16);
+  static constexpr int kControlOffset = kTablesOffset + 2 * 256 * 16;  // A's, then B's
+  static constexpr size_t kBytes = kControlOffset + sizeof(Control);
+  // Converter thread c takes the blocks b = c + 128 j of a stage (row b / 2, half b % 2): its
+  // raw loads are consecutive across the warp and its swizzled stores conflict-free.
+  static constexpr int kBlocksPerThread = 2 * kRows / kWarpgroup;
+  static constexpr int kAcc = kTileN / 2;  // fp32 accumulators per thread
+  static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kRows % kWarpgroup == 0);
+  static_assert(kStages <= kMaxStages);
+};
 
 // bf16 bit patterns of the E2M1 magnitudes 0.5, 1, ..., 6 at block exponent e (relative to the
-// CTA's centre): exponent field 127 + e + {-1, 0, 0, 1, 1, 2, 2}, mantissa top bit for 1.5, 3, 6.
-// Returned as PRMT tables: the low and high bytes of the 8 entries (entry 0 is +0).
-struct Bf16Table {
-  uint32_t lo[2], hi[2];
-};
-[[maybe_unused]] __device__ __forceinline__ Bf16Table bf16_table(int e, bool nan) {
-  // Per byte m of the two words: 127 + e + de[m] (de for m = 0..7: 0 (unused), -1, 0, 0, 1, 1, 2, 2).
-  constexpr uint32_t kDe0 = 0x7F7F7E7Fu, kDe1 = 0x81818080u;  // 127 + de, bytes m = 0..3, 4..7
+// tile's centre): exponent field 127 + e + {-1, 0, 0, 1, 1, 2, 2}, mantissa top bit for 1.5, 3, 6.
+// As PRMT tables: the low bytes of the 8 entries (entry 0 is +0) in lo0, lo1 and the high bytes in
+// hi0, hi1 (x, y, z, w). The converters keep one per scale byte in shared memory, built per tile.
+__device__ __forceinline__ uint4 bf16_table(int e, bool nan) {
+  if (nan) return make_uint4(0xC0C0C0C0u, 0xC0C0C0C0u, 0x7F7F7F7Fu, 0x7F7F7F7Fu);  // all NaN
+  // Per byte m of the two words: 127 + e + de[m] (de for m = 0..7: 0 (unused), -1, 0, 0, 1, 1, 2,
+  // 2); |e| <= 64 keeps every byte in 62..193, so no byte carries into the next.
+  constexpr uint32_t kDe0 = 0x7F7F7E7Fu, kDe1 = 0x81818080u;      // 127 + de, bytes m = 0..3, 4..7
   constexpr uint32_t kMant0 = 0x40000000u, kMant1 = 0x40004000u;  // bit 6 of the low byte
-  Bf16Table t;
-  const uint32_t shift = static_cast<uint32_t>(e) * 0x01010101u;  // |e| small: no byte overflow
-  const uint32_t x[2] = {kDe0 + shift, kDe1 + shift};
-  const uint32_t mant[2] = {kMant0, kMant1};
-#pragma unroll
-  for (int w = 0; w < 2; ++w) {
-    t.hi[w] = (x[w] >> 1) & 0x7F7F7F7Fu;
-    t.lo[w] = ((x[w] << 7) & 0x80808080u) | mant[w];
-  }
-  t.lo[0] &= 0xFFFFFF00u, t.hi[0] &= 0xFFFFFF00u;  // code 0 is +0
-  if (nan) t.lo[0] = t.lo[1] = 0xC0C0C0C0u, t.hi[0] = t.hi[1] = 0x7F7F7F7Fu;  // every value NaN
-  return t;
+  const uint32_t shift = static_cast<uint32_t>(e) * 0x01010101u;
+  const uint32_t x0 = kDe0 + shift, x1 = kDe1 + shift;
+  return make_uint4((((x0 << 7) & 0x80808080u) | kMant0) & 0xFFFFFF00u,  // code 0 is +0
+                    ((x1 << 7) & 0x80808080u) | kMant1, ((x0 >> 1) & 0x7F7F7F7Fu) & 0xFFFFFF00u,
+                    (x1 >> 1) & 0x7F7F7F7Fu);
 }
 
-[[maybe_unused]] __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
+__device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
   uint32_t out;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(selector));
   return out;
 }
 
-// Four E2M1 codes (low 16 bits) -> four bf16 (two words: elements 0, 1 and 2, 3).
-[[maybe_unused]] __device__ __forceinline__ uint2 to_bf16x4(uint32_t codes, const Bf16Table& t) {
-  const uint32_t index = codes & 0x7777u;
-  const uint32_t lo = permute(t.lo[0], t.lo[1], index);
-  const uint32_t hi_pos = permute(t.hi[0], t.hi[1], index);
-  const uint32_t hi = permute(hi_pos, hi_pos | 0x80808080u, 0x3210u | ((codes >> 1) & 0x4444u));
+// Four E2M1 magnitudes (the low 16 bits of `index`, PRMT reads no more) with their sign selector
+// -> four bf16 (two words: elements 0, 1 and 2, 3).
+__device__ __forceinline__ uint2 to_bf16x4(uint32_t index, uint32_t sign, const uint4& t) {
+  const uint32_t lo = permute(t.x, t.y, index);
+  const uint32_t hi_pos = permute(t.z, t.w, index);
+  const uint32_t hi = permute(hi_pos, hi_pos | 0x80808080u, sign);
   return make_uint2(permute(lo, hi, 0x5140u), permute(lo, hi, 0x7362u));
 }
 
-// One 32-element block of one row: its 16 packed bytes and scale byte, as loaded.
-struct BlockLoad {
-  uint4 codes;
-  uint32_t scale;
-};
-
-[[maybe_unused]] __device__ __forceinline__ BlockLoad load_block(const PackedOperand& op, int64_t row, int64_t rows,
-                                                int64_t block) {
-  if (row >= rows) return {make_uint4(0, 0, 0, 0), 127u};
-  return {__ldg(reinterpret_cast<const uint4*>(op.data + row * op.stride_bytes + block * 16)),
-          __ldg(op.scale + row * op.scale_stride + block)};
+// Eight E2M1 codes (element i in nibble i) -> eight bf16 (16 bytes). The sign selector picks,
+// per byte, the negative high byte (4 + byte) when the code's sign bit is set.
+__device__ __forceinline__ uint4 to_bf16x8(uint32_t codes, const uint4& t) {
+  const uint32_t index = codes & 0x77777777u;
+  // (codes >> 1) & 0x44444444 | 0x32103210 in one LOP3 (the second constant in a register).
+  uint32_t sign;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"
+      : "=r"(sign)
+      : "r"(codes >> 1), "n"(0x44444444u), "r"(0x32103210u));
+  const uint2 first = to_bf16x4(index, sign, t), second = to_bf16x4(index >> 16, sign >> 16, t);
+  return make_uint4(first.x, first.y, second.x, second.y);
 }
 
-// Writes one block as 32 bf16 (64 bytes) into row `row`, bytes [64 half, 64 half + 64) of a
-// swizzled stage.
-[[maybe_unused]] __device__ __forceinline__ void store_block(const BlockLoad& b, int centre, uint8_t* stage, int row,
+// Writes one 32-element block (16 packed bytes, its table) as 32 bf16 (64 bytes) into row `row`,
+// bytes [64 half, 64 half + 64) of a swizzled stage.
+__device__ __forceinline__ void store_block(uint4 codes, uint4 table, uint8_t* stage, int row,
                                             int half) {
-  const bool nan = b.scale == 0xFFu;
-  const Bf16Table t = bf16_table(nan ? 0 : static_cast<int>(b.scale) - centre, nan);
-  const uint32_t words[4] = {b.codes.x, b.codes.y, b.codes.z, b.codes.w};
+  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {  // 8 elements = 16 bytes of bf16 per word
-    const uint2 first = to_bf16x4(words[q], t), second = to_bf16x4(words[q] >> 16, t);
+  for (int q = 0; q < 4; ++q)
     *reinterpret_cast<uint4*>(stage + wgmma::swizzled_offset(row, 64 * half + 16 * q)) =
-        make_uint4(first.x, first.y, second.x, second.y);
+        to_bf16x8(words[q], table);
+}
+
+// The per-byte minimum of the scale bytes and the per-byte maximum of (byte + 1) mod 256 (so NaN,
+// 0xFF, drops out as 0), accumulated into lo4 and hi4.
+__device__ __forceinline__ void fold_scales(uint32_t word, uint32_t& lo4, uint32_t& hi4) {
+  lo4 = __vminu4(lo4, word);
+  hi4 = __vmaxu4(hi4, __vadd4(word, 0x01010101u));
+}
+
+// Scans the scales of rows [row0, row0 + count) (clipped to `rows`), all blocks, by the 128
+// converter threads; 16 bytes at a time when the scale rows allow it.
+__device__ void scan_scales(const PackedOperand& op, int64_t row0, int64_t rows, int count,
+                            int blocks, uint32_t& lo4, uint32_t& hi4) {
+  const int valid = static_cast<int>(rows - row0 < count ? rows - row0 : count);
+  const int c = threadIdx.x;
+  const uint8_t* base = op.scale + row0 * op.scale_stride;
+  if (reinterpret_cast<uintptr_t>(op.scale) % 16 == 0 && op.scale_stride % 16 == 0 &&
+      blocks % 16 == 0) {
+    const int per_row = blocks / 16;
+#pragma unroll 8  // independent loads in flight: the scan is latency-bound
+    for (int i = c; i < valid * per_row; i += kWarpgroup) {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(base + (i / per_row) * op.scale_stride) +
+                            i % per_row);
+      fold_scales(w.x, lo4, hi4), fold_scales(w.y, lo4, hi4);
+      fold_scales(w.z, lo4, hi4), fold_scales(w.w, lo4, hi4);
+    }
+  } else {
+    for (int i = c; i < valid * blocks; i += kWarpgroup)
+      fold_scales(0xFFFFFF00u | __ldg(base + (i / blocks) * op.scale_stride + i % blocks), lo4,
+                  hi4);
   }
 }
 
-// min and max scale byte (NaN excluded) of rows [row0, row0 + count) over all blocks, by the
-// CTA; the result is in every thread.
-[[maybe_unused]] __device__ void scale_range(const PackedOperand& op, int64_t row0, int64_t rows, int64_t blocks,
-                            uint32_t& lo, uint32_t& hi, uint32_t* shared) {
-  lo = 0xFFu, hi = 0u;
-  for (int64_t i = threadIdx.x; i < int64_t{kTileM} * blocks; i += kThreads) {
-    const int64_t row = row0 + i / blocks;
-    if (row >= rows) continue;
-    const uint32_t s = op.scale[row * op.scale_stride + i % blocks];
-    if (s != 0xFFu) lo = min(lo, s), hi = max(hi, s);
-  }
-  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
-  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
-  if (threadIdx.x == 0) shared[0] = 0xFFu, shared[1] = 0u;
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) atomicMin(&shared[0], lo), atomicMax(&shared[1], hi);
-  __syncthreads();
-  lo = shared[0], hi = shared[1];
-  __syncthreads();
+__device__ __forceinline__ uint32_t min_byte(uint32_t x) {
+  return min(min(x & 0xFFu, (x >> 8) & 0xFFu), min((x >> 16) & 0xFFu, x >> 24));
+}
+__device__ __forceinline__ uint32_t max_byte(uint32_t x) {
+  return max(max(x & 0xFFu, (x >> 8) & 0xFFu), max((x >> 16) & 0xFFu, x >> 24));
 }
 
-__global__ void __launch_bounds__(kThreads) gemm_bf16_kernel(GemmProblem p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(1024) uint8_t smem[];
-  uint32_t* reduce = reinterpret_cast<uint32_t*>(smem + kSharedBytes);  // no static shared memory:
-                                                                        // stages stay 1024-aligned
-  const int64_t m0 = int64_t{blockIdx.y} * kTileM, n0 = int64_t{blockIdx.x} * kTileN;
-  const int64_t blocks = p.k / 32, steps = p.k / kStepK;
-  const int warpgroup = threadIdx.x / 128;
+// Tile t of the persistent loop: groups of kGroupM tile rows, walked column by column.
+template <int kTileN>
+__device__ __forceinline__ void tile_origin(const GemmProblem& p, int t, int64_t& m0, int64_t& n0) {
+  const int tiles_m = static_cast<int>((p.m + kTileM - 1) / kTileM);
+  const int tiles_n = static_cast<int>((p.n + kTileN - 1) / kTileN);
+  const int per_group = kGroupM * tiles_n;
+  const int first_m = t / per_group * kGroupM, in_group = t % per_group;
+  const int group_m = min(kGroupM, tiles_m - first_m);
+  m0 = int64_t{first_m + in_group % group_m} * kTileM;
+  n0 = int64_t{in_group / group_m} * kTileN;
+}
 
-  // Pre-pass: can this tile fold its scales into bf16 exactly?
-  uint32_t a_lo, a_hi, b_lo, b_hi;
-  scale_range(p.a, m0, p.m, blocks, a_lo, a_hi, reduce);
-  scale_range(p.b, n0, p.n, blocks, b_lo, b_hi, reduce);
-  const bool any_a = a_lo <= a_hi, any_b = b_lo <= b_hi;
-  const int centre_a = any_a ? static_cast<int>(a_lo + a_hi) / 2 : 127;
-  const int centre_b = any_b ? static_cast<int>(b_lo + b_hi) / 2 : 127;
-  const bool foldable = (!any_a || a_hi - a_lo <= 2 * kMaxHalfSpread) &&
-                        (!any_b || b_hi - b_lo <= 2 * kMaxHalfSpread);
-  if (!foldable) {
-    // The exact generic tile code, each warpgroup two of the four 64x64 quarters.
-    auto* tiles = reinterpret_cast<generic::TileSmem*>(smem);
-    for (int quarter = 0; quarter < 2; ++quarter) {
-      const int64_t qm = m0 + 64 * warpgroup, qn = n0 + 64 * quarter;
-      if (warpgroup == 0) {
-        generic::tile<1>(p, qm, qn, threadIdx.x % 128, tiles[0]);
-      } else {
-        generic::tile<2>(p, qm, qn, threadIdx.x % 128, tiles[1]);
+template <int kTileN>
+__device__ __forceinline__ int tile_count(const GemmProblem& p) {
+  return static_cast<int>((p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN));
+}
+
+// The converter warpgroup (threads 0..127).
+template <int kTileN>
+__device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
+                              const CUtensorMap* map_b, uint8_t* smem, Control& ctl) {
+  using L = Layout<kTileN>;
+  const int c = threadIdx.x, warp = c / 32;
+  const int steps = static_cast<int>(p.k / kStepK), blocks = static_cast<int>(p.k / 32);
+  uint32_t raw_use = 0, stage_use = 0;  // uses of the rings so far: slot and phase
+  int local = 0;
+  for (int tile = blockIdx.x; tile < tile_count<kTileN>(p); tile += gridDim.x, ++local) {
+    int64_t m0, n0;
+    tile_origin<kTileN>(p, tile, m0, n0);
+    // Raw stage for step `step` into the slot of ring use `use`, once every converter has read
+    // the slot's previous contents.
+    auto issue = [&](uint32_t use, int step) {
+      const uint32_t slot = use % kRawStages;
+      uint8_t* raw = smem + L::kRawOffset + slot * L::kRawBytes;
+      pipeline::wait(&ctl.raw_empty[slot], ((use / kRawStages) & 1) ^ 1);
+      pipeline::arrive_expect_tx(&ctl.raw_full[slot], L::kRawBytes);
+      pipeline::tma_load_2d(raw, map_a, &ctl.raw_full[slot], 32 * step, static_cast<int>(m0));
+      pipeline::tma_load_2d(raw + kTileM * 32, map_b, &ctl.raw_full[slot], 32 * step,
+                            static_cast<int>(n0));
+    };
+    // The first loads fly during the pre-pass (and are dropped if the tile is not foldable).
+    const int ahead = min(kRawStages, steps);
+    if (c == 0)
+      for (int s = 0; s < ahead; ++s) issue(raw_use + s, s);
+
+    // Pre-pass: can this tile fold its scales into bf16 exactly?
+    uint32_t lo4[2] = {0xFFFFFFFFu, 0xFFFFFFFFu}, hi4[2] = {0, 0};
+    scan_scales(p.a, m0, p.m, kTileM, blocks, lo4[0], hi4[0]);
+    scan_scales(p.b, n0, p.n, kTileN, blocks, lo4[1], hi4[1]);
+#pragma unroll
+    for (int o = 0; o < 2; ++o) {
+      const uint32_t lo = __reduce_min_sync(0xFFFFFFFFu, min_byte(lo4[o]));
+      const uint32_t hi = __reduce_max_sync(0xFFFFFFFFu, max_byte(hi4[o]));
+      if (c % 32 == 0) ctl.reduce[warp][2 * o] = lo, ctl.reduce[warp][2 * o + 1] = hi;
+    }
+    pipeline::named_sync(kConverterBarrier, kWarpgroup);
+    int centre[2];
+    bool foldable = true;
+#pragma unroll
+    for (int o = 0; o < 2; ++o) {
+      uint32_t lo = 0xFFu, hi = 0u;  // hi is the largest scale + 1 (0: no finite scale)
+      for (int w = 0; w < 4; ++w)
+        lo = min(lo, ctl.reduce[w][2 * o]), hi = max(hi, ctl.reduce[w][2 * o + 1]);
+      const bool any = hi > 0;
+      centre[o] = any ? static_cast<int>(lo + hi - 1) / 2 : 127;
+      foldable = foldable && (!any || static_cast<int>(hi - 1 - lo) <= 2 * kMaxHalfSpread);
+    }
+    // The tile's bf16 tables, one per scale byte (past the spread: never used), then a barrier:
+    // the previous tile's conversions ended before the pre-pass's barrier.
+    uint4* tables = reinterpret_cast<uint4*>(smem + L::kTablesOffset);
+    if (foldable) {
+      for (int i = c; i < 2 * 256; i += kWarpgroup) {
+        const int e = (i % 256) - (i < 256 ? centre[0] : centre[1]);
+        tables[i] = bf16_table(max(-64, min(64, e)), i % 256 == 0xFF);
       }
     }
-    return;
-  }
-
-  // Thread t converts block (t % 2) of A row t / 2 and of B row t / 2, per K step.
-  const int row = threadIdx.x / 2, half = threadIdx.x % 2;
-  auto load = [&](int64_t step, BlockLoad& a, BlockLoad& b) {
-    a = load_block(p.a, m0 + row, p.m, 2 * step + half);
-    b = load_block(p.b, n0 + row, p.n, 2 * step + half);
-  };
-  auto convert = [&](const BlockLoad& a, const BlockLoad& b, uint8_t* stage) {
-    store_block(a, centre_a, stage, row, half);
-    store_block(b, centre_b, stage + kTileM * 128, row, half);
-  };
-
-  float acc[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-
-  BlockLoad a, b;
-  load(0, a, b);
-  convert(a, b, smem);
-  wgmma::fence_shared_for_async();
-  __syncthreads();
-  for (int64_t step = 0; step < steps; ++step) {
-    uint8_t* stage = smem + (step & 1) * kStageBytes;
-    if (step + 1 < steps) load(step + 1, a, b);
-    wgmma::fence();
-    const uint32_t a_base = wgmma::shared_address(stage) + warpgroup * 64 * 128;
-    const uint32_t b_base = wgmma::shared_address(stage) + kTileM * 128;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma::mma_bf16_m64n128k16(acc, wgmma::descriptor(a_base + 32 * kk),
-                                 wgmma::descriptor(b_base + 32 * kk), step > 0 || kk > 0);
-    wgmma::commit();
-    if (step + 1 < steps) convert(a, b, smem + ((step + 1) & 1) * kStageBytes);
-    wgmma::wait<0>();
-    wgmma::fence_shared_for_async();
-    __syncthreads();
-  }
-
-  // D = acc * 2^(cA + cB - 254), then alpha, beta C, bias and one rounding.
-  const double factor = ldexp(1.0, centre_a + centre_b - 254);
-  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t m = m0 + 64 * warpgroup + 16 * warp + g + (i >= 2 ? 8 : 0);
-      const int64_t n = n0 + 8 * j + 2 * q + (i & 1);
-      if (m < p.m && n < p.n) store_output(p, m, n, static_cast<double>(acc[4 * j + i]) * factor);
+    if (c == 0) {
+      const int slot = local % 2;
+      pipeline::wait(&ctl.info_empty[slot], ((local / 2) & 1) ^ 1);
+      ctl.info[slot] = {centre[0], centre[1], foldable ? 1 : 0};
+      pipeline::arrive(&ctl.info_full[slot]);
     }
+    if (!foldable) {  // the consumers run the exact generic tiles; the raw stages are dropped
+      for (int s = 0; s < ahead; ++s, ++raw_use) {
+        pipeline::wait(&ctl.raw_full[raw_use % kRawStages], (raw_use / kRawStages) & 1);
+        pipeline::arrive(&ctl.raw_empty[raw_use % kRawStages]);
+      }
+      pipeline::named_sync(kConverterBarrier, kWarpgroup);  // ctl.reduce was read by all
+      continue;
+    }
+
+    // Stage row r < 128 is A row m0 + r, others B row n0 + r - 128: blocks j < 2 are A's. The
+    // scale byte of each block (block c % 2 of its row's K step); nullptr past M or N.
+    const uint8_t* scale_blocks[L::kBlocksPerThread];
+#pragma unroll
+    for (int j = 0; j < L::kBlocksPerThread; ++j) {
+      const bool is_a = j < 2;
+      const PackedOperand& op = is_a ? p.a : p.b;
+      const int64_t row = (is_a ? m0 : n0 - kTileM) + (c + kWarpgroup * j) / 2;
+      scale_blocks[j] =
+          row < (is_a ? p.m : p.n) ? op.scale + row * op.scale_stride + c % 2 : nullptr;
+    }
+    auto load_scales = [&](int step, uint32_t(&out)[L::kBlocksPerThread]) {
+#pragma unroll
+      for (int j = 0; j < L::kBlocksPerThread; ++j)  // e = 0 on the zero-filled rows
+        out[j] = scale_blocks[j] != nullptr ? __ldg(scale_blocks[j] + 2 * step)
+                                            : static_cast<uint32_t>(j < 2 ? centre[0] : centre[1]);
+    };
+    uint32_t scales_next[L::kBlocksPerThread];
+    load_scales(0, scales_next);
+    pipeline::named_sync(kConverterBarrier, kWarpgroup);  // the tables are written, ctl.reduce
+                                                          // read
+    for (int step = 0; step < steps; ++step, ++raw_use, ++stage_use) {
+      const uint32_t raw_slot = raw_use % kRawStages;
+      pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
+      const uint8_t* raw = smem + L::kRawOffset + raw_slot * L::kRawBytes;
+      uint4 codes[L::kBlocksPerThread];
+      uint32_t scales[L::kBlocksPerThread];
+#pragma unroll
+      for (int j = 0; j < L::kBlocksPerThread; ++j) {
+        codes[j] = reinterpret_cast<const uint4*>(raw)[c + kWarpgroup * j];
+        scales[j] = scales_next[j];
+      }
+      pipeline::arrive(&ctl.raw_empty[raw_slot]);
+      if (step + 1 < steps) load_scales(step + 1, scales_next);
+      // Refill the slot of the previous step (read by the other warps by now, most likely).
+      if (c == 0 && step > 0 && step - 1 + kRawStages < steps)
+        issue(raw_use - 1 + kRawStages, step - 1 + kRawStages);
+
+      const uint32_t slot = stage_use % L::kStages;
+      pipeline::wait(&ctl.empty[slot], ((stage_use / L::kStages) & 1) ^ 1);
+      uint8_t* stage = smem + slot * L::kStageBytes;
+#pragma unroll
+      for (int j = 0; j < L::kBlocksPerThread; ++j)
+        store_block(codes[j], tables[(j < 2 ? 0 : 256) + scales[j]], stage,
+                    (c + kWarpgroup * j) / 2, c % 2);
+      wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
+      pipeline::arrive(&ctl.full[slot]);
+    }
+  }
+}
+
+// The exact generic code for a 64x64 tile, by consumer warpgroup wg (named barrier 2 + wg).
+__device__ __noinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
+                                             int thread, generic::TileSmem* tiles, int wg) {
+  if (wg == 0) {
+    generic::tile<2>(p, m0, n0, thread, tiles[0]);
+  } else {
+    generic::tile<3>(p, m0, n0, thread, tiles[1]);
+  }
+}
+
+// A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile).
+template <int kTileN>
+__device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl, int wg) {
+  using L = Layout<kTileN>;
+  const int thread = threadIdx.x % kWarpgroup;
+  const int steps = static_cast<int>(p.k / kStepK);
+  auto* generic_tiles = reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset);
+  uint32_t stage = 0, phase = 0;  // the bf16 ring's next slot and its phase parity
+  int local = 0;
+  float acc[L::kAcc];
+  for (int tile = blockIdx.x; tile < tile_count<kTileN>(p); tile += gridDim.x, ++local) {
+    int64_t m0, n0;
+    tile_origin<kTileN>(p, tile, m0, n0);
+    const int slot = local % 2;
+    pipeline::wait(&ctl.info_full[slot], (local / 2) & 1);
+    const TileInfo info = ctl.info[slot];
+    pipeline::arrive(&ctl.info_empty[slot]);
+    const int64_t rows0 = m0 + 64 * wg;
+    if (!info.foldable) {  // exact generic tiles, 64x64 each
+      if (rows0 >= p.m) continue;
+      for (int64_t q0 = n0; q0 < n0 + kTileN && q0 < p.n; q0 += generic::kTile)
+        generic_quarter(p, rows0, q0, thread, generic_tiles, wg);
+      continue;
+    }
+
+#pragma unroll
+    for (int i = 0; i < L::kAcc; ++i) acc[i] = 0.0f;
+    wgmma::fence_operands(acc);
+    uint32_t previous = 0;
+    for (int step = 0; step < steps; ++step) {
+      pipeline::wait(&ctl.full[stage], phase);
+      const uint32_t base = wgmma::shared_address(smem + stage * L::kStageBytes);
+      const uint32_t a_base = base + wg * 64 * 128, b_base = base + kTileM * 128;
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t a = wgmma::descriptor(a_base + 32 * kk);
+        const uint64_t b = wgmma::descriptor(b_base + 32 * kk);
+        if constexpr (kTileN == 256) {
+          wgmma::mma_bf16_m64n256k16(acc, a, b, true);
+        } else {
+          wgmma::mma_bf16_m64n128k16(acc, a, b, true);
+        }
+      }
+      wgmma::commit();
+      wgmma::wait<1>();  // the previous step's MMAs are done: its stage goes back
+      if (step > 0) pipeline::arrive(&ctl.empty[previous]);
+      previous = stage;
+      if (++stage == L::kStages) stage = 0, phase ^= 1;
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc);
+    pipeline::arrive(&ctl.empty[previous]);
+
+    // D = acc * 2^(cA + cB - 254), then alpha, beta C, bias and one rounding.
+    const double factor = ldexp(1.0, info.centre_a + info.centre_b - 254);
+    const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+    for (int j = 0; j < kTileN / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t m = rows0 + 16 * warp + g + (i >= 2 ? 8 : 0);
+        const int64_t n = n0 + 8 * j + 2 * q + (i & 1);
+        if (m < p.m && n < p.n) store_output(p, m, n, static_cast<double>(acc[4 * j + i]) * factor);
+      }
+  }
+}
+
+template <int kTileN>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_bf16_kernel(const __grid_constant__ GemmProblem p,
+                     const __grid_constant__ CUtensorMap map_a,
+                     const __grid_constant__ CUtensorMap map_b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using L = Layout<kTileN>;
+  extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
+                                                     // 1024-aligned
+  Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kRawStages; ++i) {
+      pipeline::init(&ctl.raw_full[i], 1);
+      pipeline::init(&ctl.raw_empty[i], kWarpgroup);
+    }
+    for (int i = 0; i < L::kStages; ++i) {
+      pipeline::init(&ctl.full[i], kWarpgroup);       // every converter thread
+      pipeline::init(&ctl.empty[i], 2 * kWarpgroup);  // every consumer thread
+    }
+    for (int i = 0; i < 2; ++i) {
+      pipeline::init(&ctl.info_full[i], 1);
+      pipeline::init(&ctl.info_empty[i], 2 * kWarpgroup);
+    }
+    pipeline::fence_init();
+    pipeline::prefetch_map(&map_a);
+    pipeline::prefetch_map(&map_b);
+  }
+  __syncthreads();
+  if (threadIdx.x < kWarpgroup) {
+    pipeline::shrink_registers<kConverterRegisters>();
+    convert_tiles<kTileN>(p, &map_a, &map_b, smem, ctl);
+  } else {
+    pipeline::grow_registers<kConsumerRegisters>();
+    consume_tiles<kTileN>(p, smem, ctl, threadIdx.x / kWarpgroup - 1);
+  }
 #else
-  (void)p;
+  (void)p, (void)map_a, (void)map_b;
   __trap();
 #endif
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver the runtime uses (the library does not link libcuda).
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &found),
+               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (found != cudaDriverEntryPointSuccess || f == nullptr)
+      fail(A4W4_ERROR_DEVICE, "the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// The packed E2M1 bytes of `rows` rows as a 2D uint8 tensor, loaded in boxes of one K step (32
+// bytes) by `box_rows` rows, unswizzled; rows past the end read as zeros.
+CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k / 2), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.stride_bytes)};
+  const cuuint32_t box[2] = {32, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_tiled()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(op.data), dims, strides, box,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fail(A4W4_ERROR_DEVICE,
+         "cuTensorMapEncodeTiled failed (" + std::to_string(r) + ") for a cuda.bf16 operand");
+  return map;
+}
+
+template <int kTileN>
+void launch(const GemmProblem& p) {
+  using L = Layout<kTileN>;
+  static_assert(L::kBytes <= 227 * 1024);
+  check_cuda(
+      cudaFuncSetAttribute(gemm_bf16_kernel<kTileN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(L::kBytes)),
+      "cudaFuncSetAttribute(gemm_bf16_kernel)");
+  const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM);
+  const CUtensorMap map_b = packed_map(p.b, p.n, p.k, kTileN);
+  const int64_t tiles = (p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN);
+  const int64_t grid = std::min<int64_t>(tiles, device_info(p.device.ordinal).sm_count);
+  gemm_bf16_kernel<kTileN>
+      <<<static_cast<unsigned>(grid), kThreads, L::kBytes, static_cast<cudaStream_t>(p.stream)>>>(
+          p, map_a, map_b);
+  check_launch("gemm_bf16_kernel");
 }
 
 }  // namespace
@@ -213,24 +517,30 @@ std::string gemm_bf16_why_not(const GemmProblem& p) {
   if (p.a.layout != A4W4_LAYOUT_PLAIN || p.b.layout != A4W4_LAYOUT_PLAIN)
     return "plain A and B only (the prepared layout is the decode family's)";
   if (p.split_k > 1) return "no split-K";
-  const auto aligned = [](const PackedOperand& op) {
-    return reinterpret_cast<uintptr_t>(op.data) % 16 == 0 && op.stride_bytes % 16 == 0;
+  // TMA: 16-byte aligned base and row stride (at least a row, below 2^40), int32 coordinates.
+  const auto aligned = [&](const PackedOperand& op) {
+    return reinterpret_cast<uintptr_t>(op.data) % 16 == 0 && op.stride_bytes % 16 == 0 &&
+           op.stride_bytes >= p.k / 2 && op.stride_bytes < (int64_t{1} << 40);
   };
-  if (!aligned(p.a) || !aligned(p.b)) return "A and B rows must start on 16 bytes";
+  if (!aligned(p.a) || !aligned(p.b))
+    return "A and B rows must start on 16 bytes, one after the other (TMA)";
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  if (p.m >= kLimit || p.n >= kLimit || p.k >= kLimit ||
+      (p.m + 127) / 128 * ((p.n + 127) / 128) >= kLimit)
+    return "M, N and K must be below 2^31 and the 128x128 tiles fewer than 2^31";
   return {};
 }
 
 void gemm_bf16(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
-  static_assert(kSharedBytes >= 2 * sizeof(generic::TileSmem));
-  constexpr size_t kBytes = kSharedBytes + 16;  // the stages, then the pre-pass's reduction
-  check_cuda(cudaFuncSetAttribute(gemm_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kBytes)),
-             "cudaFuncSetAttribute(gemm_bf16_kernel)");
-  const dim3 grid(static_cast<unsigned>((p.n + kTileN - 1) / kTileN),
-                  static_cast<unsigned>((p.m + kTileM - 1) / kTileM));
-  gemm_bf16_kernel<<<grid, kThreads, kBytes, static_cast<cudaStream_t>(p.stream)>>>(p);
-  check_launch("gemm_bf16_kernel");
+  // 256-wide tiles halve the conversions of A per MMA; 128-wide ones when 256-wide tiles would
+  // leave SMs idle (small M or N).
+  const int64_t wide_tiles = (p.m + kTileM - 1) / kTileM * ((p.n + 255) / 256);
+  if (wide_tiles >= device_info(p.device.ordinal).sm_count) {
+    launch<256>(p);
+  } else {
+    launch<128>(p);
+  }
 }
 
 }  // namespace a4w4::cuda
