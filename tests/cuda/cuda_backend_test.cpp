@@ -378,6 +378,26 @@ TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {
     run_case(ctx_, rng_, c);
     if (HasFatalFailure()) return;
   }
+  // Both tile widths on small ragged problems, with the persistent grid capped at 3 CTAs so each
+  // loops over several tiles (foldable and exact ones mixed, the rings wrapping across tiles).
+  for (const char* tile_n : {"128", "256"}) {
+    ASSERT_EQ(setenv("A4W4_CUDA_BF16_TILE_N", tile_n, 1), 0);
+    ASSERT_EQ(setenv("A4W4_CUDA_BF16_CTAS", "3", 1), 0);
+    for (const GemmCase& c : {
+             GemmCase{520, 600, 192, A4W4_DTYPE_BF16, true, true, kMixedScales, false, 0,
+                      "cuda.bf16", 0},
+             GemmCase{65, 300, 64, A4W4_DTYPE_F32, false, false, kTileLocalScales, false, 0,
+                      "cuda.bf16", 0},
+             GemmCase{400, 777, 640, A4W4_DTYPE_F16, true, false, kTileLocalScales, false, 0,
+                      "cuda.bf16", 0},
+         }) {
+      run_case(ctx_, rng_, c);
+      if (HasFatalFailure()) break;
+    }
+    unsetenv("A4W4_CUDA_BF16_TILE_N");
+    unsetenv("A4W4_CUDA_BF16_CTAS");
+    if (HasFatalFailure()) return;
+  }
 }
 
 TEST_F(CudaBackend, Bf16FamilyRefusesRowsTmaCannotLoad) {

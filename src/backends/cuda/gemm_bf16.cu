@@ -31,6 +31,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "api/error.h"
@@ -490,8 +491,15 @@ CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box
   return map;
 }
 
+// Test and debugging knobs from the environment (read per call; 0 when unset): a forced tile width
+// and a cap on the persistent grid (more tiles per CTA on small problems).
+int env_int(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::atoi(value) : 0;
+}
+
 template <int kTileN>
-void launch(const GemmProblem& p) {
+void launch(const GemmProblem& p, int max_ctas) {
   using L = Layout<kTileN>;
   static_assert(L::kBytes <= 227 * 1024);
   check_cuda(
@@ -501,7 +509,7 @@ void launch(const GemmProblem& p) {
   const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM);
   const CUtensorMap map_b = packed_map(p.b, p.n, p.k, kTileN);
   const int64_t tiles = (p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN);
-  const int64_t grid = std::min<int64_t>(tiles, device_info(p.device.ordinal).sm_count);
+  const int64_t grid = std::min<int64_t>(tiles, max_ctas);
   gemm_bf16_kernel<kTileN>
       <<<static_cast<unsigned>(grid), kThreads, L::kBytes, static_cast<cudaStream_t>(p.stream)>>>(
           p, map_a, map_b);
@@ -535,11 +543,15 @@ void gemm_bf16(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
   // 256-wide tiles halve the conversions of A per MMA; 128-wide ones when 256-wide tiles would
   // leave SMs idle (small M or N).
+  // A4W4_CUDA_BF16_TILE_N (128 or 256) and A4W4_CUDA_BF16_CTAS override the choices.
+  const int sms = device_info(p.device.ordinal).sm_count;
+  const int cap = env_int("A4W4_CUDA_BF16_CTAS"), forced = env_int("A4W4_CUDA_BF16_TILE_N");
+  const int max_ctas = cap > 0 && cap < sms ? cap : sms;
   const int64_t wide_tiles = (p.m + kTileM - 1) / kTileM * ((p.n + 255) / 256);
-  if (wide_tiles >= device_info(p.device.ordinal).sm_count) {
-    launch<256>(p);
+  if (forced == 256 || (forced != 128 && wide_tiles >= sms)) {
+    launch<256>(p, max_ctas);
   } else {
-    launch<128>(p);
+    launch<128>(p, max_ctas);
   }
 }
 
