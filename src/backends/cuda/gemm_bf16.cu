@@ -130,25 +130,22 @@ __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t s
   return out;
 }
 
-// Four E2M1 magnitudes (the low 16 bits of `index`, PRMT reads no more) with their sign selector
-// -> four bf16 (two words: elements 0, 1 and 2, 3).
-__device__ __forceinline__ uint2 to_bf16x4(uint32_t index, uint32_t sign, const uint4& t) {
+// Four E2M1 magnitudes (the low 16 bits of `index`, PRMT reads no more) with their signs (bit 7 of
+// byte i: element i) -> four bf16 (two words: elements 0, 1 and 2, 3). The tables' high bytes
+// have bit 7 clear, so the sign is ORed in.
+__device__ __forceinline__ uint2 to_bf16x4(uint32_t index, uint32_t signs, const uint4& t) {
   const uint32_t lo = permute(t.x, t.y, index);
-  const uint32_t hi_pos = permute(t.z, t.w, index);
-  const uint32_t hi = permute(hi_pos, hi_pos | 0x80808080u, sign);
+  const uint32_t hi = permute(t.z, t.w, index) | (signs & 0x80808080u);
   return make_uint2(permute(lo, hi, 0x5140u), permute(lo, hi, 0x7362u));
 }
 
-// Eight E2M1 codes (element i in nibble i) -> eight bf16 (16 bytes). The sign selector picks,
-// per byte, the negative high byte (4 + byte) when the code's sign bit is set.
+// Eight E2M1 codes (element i in nibble i) -> eight bf16 (16 bytes). Element i's sign is bit
+// 4 i + 3: bit 7 of byte i / 2 of codes << 4 (even i) or of codes (odd i), so one PRMT per four
+// elements gathers the signs.
 __device__ __forceinline__ uint4 to_bf16x8(uint32_t codes, const uint4& t) {
-  const uint32_t index = codes & 0x77777777u;
-  // (codes >> 1) & 0x44444444 | 0x32103210 in one LOP3 (the second constant in a register).
-  uint32_t sign;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"
-      : "=r"(sign)
-      : "r"(codes >> 1), "n"(0x44444444u), "r"(0x32103210u));
-  const uint2 first = to_bf16x4(index, sign, t), second = to_bf16x4(index >> 16, sign >> 16, t);
+  const uint32_t index = codes & 0x77777777u, shifted = codes << 4;
+  const uint2 first = to_bf16x4(index, permute(shifted, codes, 0x5140u), t);
+  const uint2 second = to_bf16x4(index >> 16, permute(shifted, codes, 0x7362u), t);
   return make_uint4(first.x, first.y, second.x, second.y);
 }
 
@@ -423,13 +420,15 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
       if (thread == 0 && step + kRawStages < steps) issue_a(use + kRawStages, step + kRawStages);
 
       pipeline::wait(&ctl.full[stage], (use / L::kStages) & 1);  // B converted
-      const uint32_t base = wgmma::shared_address(stage_bytes);
-      const uint32_t a_base = base + wg * 64 * 128, b_base = base + kTileM * 128;
+      // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
+      // addresses stay below 2^18, so the 14-bit field never carries).
+      const uint64_t stage_desc = wgmma::descriptor(wgmma::shared_address(stage_bytes));
+      const uint64_t a_desc = stage_desc + wg * 64 * 128 / 16,
+                     b_desc = stage_desc + kTileM * 128 / 16;
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t a = wgmma::descriptor(a_base + 32 * kk);
-        const uint64_t b = wgmma::descriptor(b_base + 32 * kk);
+        const uint64_t a = a_desc + 32 * kk / 16, b = b_desc + 32 * kk / 16;
         if constexpr (kTileN == 256) {
           wgmma::mma_bf16_m64n256k16(acc, a, b, true);
         } else {
