@@ -7,7 +7,7 @@
 //   stage into bf16 with the block scales folded into the exponents (PRMT tables, one per scale
 //   byte, built per tile in shared memory), written 128-byte swizzled into the B part of a ring of
 //   bf16 stages for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile
-//   against 2M MACs, about 100 integer instructions per 32-value block), so it overlaps the MMAs.
+//   against 2M MACs, about 70 integer instructions per 32-value block), so it overlaps the MMAs.
 //   The scale bytes (one per row and block) are read with plain loads ahead of use: TMA boxes need
 //   16-byte rows, which short K would not give.
 // - two consumer warpgroups (64 rows of the tile each) convert their own A rows of each step (one
@@ -17,8 +17,8 @@
 //   their next tile. With one converter warp per SM sub-partition, conversion was issue-latency
 //   bound (the consumers mostly waited for it); converting A in the consumers spreads a third of
 //   it over 8 more warps, overlapped with their MMAs in flight, and only their own MMAs read those
-//   rows (a warpgroup barrier orders them). setmaxnreg moves registers from the converters (104)
-//   to the consumers' accumulators (200).
+//   rows (a warpgroup barrier orders them). setmaxnreg moves registers from the converters (88)
+//   to the consumers' accumulators (208).
 //
 // Exactness: E2M1 values have two significant bits, so v * 2^e is exact in bf16 for any exponent in
 // its normal range, and the product of two such values is exact in fp32 when its exponent stays in
@@ -29,7 +29,8 @@
 // (|e_a + e_b| <= 80: products >= 2^-82, sums of 2^20 products < 2^107). A tile whose scales spread
 // wider runs the generic kernel's exact tile code instead (generic_tile.cuh). NaN scales (0xFF)
 // become bf16 NaN values, which propagate through the sums as the contract asks. Rows past M or N
-// are zero-filled by TMA, fold with e = 0 and are never stored.
+// are never stored (B's are zero-filled by TMA and fold with e = 0; A's take the last row's scales,
+// and a warpgroup wholly past M loads the last rows).
 #include <cuda.h>
 
 #include <algorithm>
