@@ -3,20 +3,22 @@
 // A CTA loops over 128 x kTileN tiles of D (kTileN = 256, or 128 when 256-wide tiles would leave
 // SMs idle) with three warpgroups:
 // - the converter warpgroup: its thread 0 keeps a 4-deep ring of raw stages (the packed E2M1
-//   bytes of a K step of 64, for the tile's A and B rows) filled by TMA; all 128 threads turn each
-//   raw stage into bf16 with the block scales folded into the exponents (PRMT tables, one per scale
-//   byte, built per tile in shared memory), written 128-byte swizzled into a ring of bf16 stages
-//   for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile against 2M
-//   MACs, about 500 integer instructions per converter thread per step at half rate), so it has a
-//   warpgroup of its own and overlaps the MMAs. The scale bytes (one per row and block) are read
-//   with plain loads one step ahead: TMA boxes need 16-byte rows, which short K would not give.
-//   A is converted to shared memory like B, not into the consumers' registers: the integer pipe
-//   is shared by the warps of an SM sub-partition, so moving work to the consumers would not add
-//   conversion throughput, and the validated smem-descriptor layouts are reused as they are.
-// - two consumer warpgroups (64 rows of the tile each) issue wgmma m64nNk16 on the bf16 stages,
-//   keep one step of MMAs in flight, and release stages through mbarriers; they run the epilogue
-//   while the converters already work on their next tile. setmaxnreg moves registers from the
-//   converters (104) to the consumers' accumulators (200).
+//   bytes of a K step of 64 of the tile's B rows) filled by TMA; all 128 threads turn each raw
+//   stage into bf16 with the block scales folded into the exponents (PRMT tables, one per scale
+//   byte, built per tile in shared memory), written 128-byte swizzled into the B part of a ring of
+//   bf16 stages for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile
+//   against 2M MACs, about 70 integer instructions per 32-value block), so it overlaps the MMAs.
+//   The scale bytes (one per row and block) are read with plain loads ahead of use: TMA boxes need
+//   16-byte rows, which short K would not give.
+// - two consumer warpgroups (64 rows of the tile each) convert their own A rows of each step (one
+//   block per thread, from a raw ring of their own that their thread 0 fills by TMA) into the A
+//   part of the bf16 stage, then issue wgmma m64nNk16 on it, keep one step of MMAs in flight, and
+//   release stages through mbarriers; they run the epilogue while the converters already work on
+//   their next tile. With one converter warp per SM sub-partition, conversion was issue-latency
+//   bound (the consumers mostly waited for it); converting A in the consumers spreads a third of
+//   it over 8 more warps, overlapped with their MMAs in flight, and only their own MMAs read those
+//   rows (a warpgroup barrier orders them). setmaxnreg moves registers from the converters (88)
+//   to the consumers' accumulators (208).
 //
 // Exactness: E2M1 values have two significant bits, so v * 2^e is exact in bf16 for any exponent in
 // its normal range, and the product of two such values is exact in fp32 when its exponent stays in
@@ -27,7 +29,8 @@
 // (|e_a + e_b| <= 80: products >= 2^-82, sums of 2^20 products < 2^107). A tile whose scales spread
 // wider runs the generic kernel's exact tile code instead (generic_tile.cuh). NaN scales (0xFF)
 // become bf16 NaN values, which propagate through the sums as the contract asks. Rows past M or N
-// are zero-filled by TMA, fold with e = 0 and are never stored.
+// are never stored (B's are zero-filled by TMA and fold with e = 0; A's take the last row's scales,
+// and a warpgroup wholly past M loads the last rows).
 #include <cuda.h>
 
 #include <algorithm>
@@ -46,7 +49,7 @@ namespace a4w4::cuda {
 namespace {
 
 constexpr int kTileM = 128, kStepK = 64;
-constexpr int kRawStages = 4;  // TMA lands about two steps after issue
+constexpr int kRawStages = 4;  // TMA lands about two steps after issue (B's ring and each A ring)
 // bf16 stages: the MMAs in flight hold two (wait depth 1), the converters write the next ones; as
 // many as fit beside the raw ring (Layout::kStages).
 constexpr int kMaxStages = 4;
@@ -56,12 +59,12 @@ constexpr int kMaxHalfSpread = 40;
 // Registers per thread: the launch gives 168 (65536 / 384, rounded down to 8); the converters hand
 // theirs to the consumers' accumulators. setmaxnreg only moves registers the CTA holds, so
 // 2 * consumer + converter <= 3 * 168.
-constexpr int kConverterRegisters = 104, kConsumerRegisters = 200;
+constexpr int kConverterRegisters = 88, kConsumerRegisters = 208;
 static_assert(2 * kConsumerRegisters + kConverterRegisters <= 3 * 168);
 constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are reused from L2
 // Named barriers: 0 is __syncthreads; the converters sync on 1; the generic fallback tiles of
-// consumer warpgroups 0 and 1 on 2 and 3.
-constexpr uint32_t kConverterBarrier = 1;
+// consumer warpgroups 0 and 1 on 2 and 3; their A conversions on 4 and 5.
+constexpr uint32_t kConverterBarrier = 1, kConsumerBarrier = 4;
 
 // What the converters found in a tile's scales, handed to the consumers.
 struct TileInfo {
@@ -72,7 +75,9 @@ struct TileInfo {
 struct Control {
   uint64_t raw_full[kRawStages];                 // TMA landed (expect-tx)
   uint64_t raw_empty[kRawStages];                // every converter has read the raw stage
+  uint64_t raw_a_full[2][kRawStages];            // each consumer warpgroup's A ring: TMA landed
   uint64_t full[kMaxStages], empty[kMaxStages];  // converters -> consumers -> converters
+  // info_empty: the consumers read the info and converted the tile's A rows (its A tables are free)
   uint64_t info_full[2], info_empty[2];
   TileInfo info[2];
   uint32_t reduce[4][4];  // the converter warps' scale ranges
@@ -82,19 +87,24 @@ template <int kTileN>
 struct Layout {
   static constexpr int kRows = kTileM + kTileN;          // A rows, then B rows, in every stage
   static constexpr int kStageBytes = kRows * 128;        // 64 bf16 per row, swizzled
-  static constexpr int kRawBytes = kRows * 32;           // 64 E2M1 per row
+  static constexpr int kRawBytes = kTileN * 32;          // B's raw stage: 64 E2M1 per row
+  static constexpr int kRawABytes = 64 * 32;             // a consumer warpgroup's A rows
   static constexpr int kStages = kTileN == 256 ? 3 : 4;  // 48 or 32 KB each
   static constexpr int kRawOffset = kStages * kStageBytes;
-  static constexpr int kGenericOffset = kRawOffset + kRawStages * kRawBytes;
+  static constexpr int kRawAOffset = kRawOffset + kRawStages * kRawBytes;
+  static constexpr int kGenericOffset = kRawAOffset + 2 * kRawStages * kRawABytes;
   static constexpr int kTablesOffset =
       kGenericOffset + static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16);
-  static constexpr int kControlOffset = kTablesOffset + 2 * 256 * 16;  // A's, then B's
+  // A's tables for info slots 0 and 1 (the consumers may still convert a tile's last A rows while
+  // the converters build the next tile's), then B's.
+  static constexpr int kControlOffset = kTablesOffset + 3 * 256 * 16;
   static constexpr size_t kBytes = kControlOffset + sizeof(Control);
-  // Converter thread c takes the blocks b = c + 128 j of a stage (row b / 2, half b % 2): its
-  // raw loads are consecutive across the warp and its swizzled stores conflict-free.
-  static constexpr int kBlocksPerThread = 2 * kRows / kWarpgroup;
+  // Converter thread c takes the blocks b = c + 128 j of B's raw stage (row b / 2, half b % 2):
+  // its raw loads are consecutive across the warp and its swizzled stores conflict-free. Consumer
+  // thread t takes block t of its warpgroup's 64 A rows the same way.
+  static constexpr int kBlocksPerThread = 2 * kTileN / kWarpgroup;
   static constexpr int kAcc = kTileN / 2;  // fp32 accumulators per thread
-  static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kRows % kWarpgroup == 0);
+  static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kTileN % kWarpgroup == 0);
   static_assert(kStages <= kMaxStages);
 };
 
@@ -121,25 +131,22 @@ __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t s
   return out;
 }
 
-// Four E2M1 magnitudes (the low 16 bits of `index`, PRMT reads no more) with their sign selector
-// -> four bf16 (two words: elements 0, 1 and 2, 3).
-__device__ __forceinline__ uint2 to_bf16x4(uint32_t index, uint32_t sign, const uint4& t) {
+// Four E2M1 magnitudes (the low 16 bits of `index`, PRMT reads no more) with their signs (bit 7 of
+// byte i: element i) -> four bf16 (two words: elements 0, 1 and 2, 3). The tables' high bytes
+// have bit 7 clear, so the sign is ORed in.
+__device__ __forceinline__ uint2 to_bf16x4(uint32_t index, uint32_t signs, const uint4& t) {
   const uint32_t lo = permute(t.x, t.y, index);
-  const uint32_t hi_pos = permute(t.z, t.w, index);
-  const uint32_t hi = permute(hi_pos, hi_pos | 0x80808080u, sign);
+  const uint32_t hi = permute(t.z, t.w, index) | (signs & 0x80808080u);
   return make_uint2(permute(lo, hi, 0x5140u), permute(lo, hi, 0x7362u));
 }
 
-// Eight E2M1 codes (element i in nibble i) -> eight bf16 (16 bytes). The sign selector picks,
-// per byte, the negative high byte (4 + byte) when the code's sign bit is set.
+// Eight E2M1 codes (element i in nibble i) -> eight bf16 (16 bytes). Element i's sign is bit
+// 4 i + 3: bit 7 of byte i / 2 of codes << 4 (even i) or of codes (odd i), so one PRMT per four
+// elements gathers the signs.
 __device__ __forceinline__ uint4 to_bf16x8(uint32_t codes, const uint4& t) {
-  const uint32_t index = codes & 0x77777777u;
-  // (codes >> 1) & 0x44444444 | 0x32103210 in one LOP3 (the second constant in a register).
-  uint32_t sign;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"
-      : "=r"(sign)
-      : "r"(codes >> 1), "n"(0x44444444u), "r"(0x32103210u));
-  const uint2 first = to_bf16x4(index, sign, t), second = to_bf16x4(index >> 16, sign >> 16, t);
+  const uint32_t index = codes & 0x77777777u, shifted = codes << 4;
+  const uint2 first = to_bf16x4(index, permute(shifted, codes, 0x5140u), t);
+  const uint2 second = to_bf16x4(index >> 16, permute(shifted, codes, 0x7362u), t);
   return make_uint4(first.x, first.y, second.x, second.y);
 }
 
@@ -209,10 +216,10 @@ __device__ __forceinline__ int tile_count(const GemmProblem& p) {
   return static_cast<int>((p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN));
 }
 
-// The converter warpgroup (threads 0..127).
+// The converter warpgroup (threads 0..127): B's rows.
 template <int kTileN>
-__device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
-                              const CUtensorMap* map_b, uint8_t* smem, Control& ctl) {
+__device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, uint8_t* smem,
+                              Control& ctl) {
   using L = Layout<kTileN>;
   const int c = threadIdx.x, warp = c / 32;
   const int steps = static_cast<int>(p.k / kStepK), blocks = static_cast<int>(p.k / 32);
@@ -225,12 +232,10 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
     // the slot's previous contents.
     auto issue = [&](uint32_t use, int step) {
       const uint32_t slot = use % kRawStages;
-      uint8_t* raw = smem + L::kRawOffset + slot * L::kRawBytes;
       pipeline::wait(&ctl.raw_empty[slot], ((use / kRawStages) & 1) ^ 1);
       pipeline::arrive_expect_tx(&ctl.raw_full[slot], L::kRawBytes);
-      pipeline::tma_load_2d(raw, map_a, &ctl.raw_full[slot], 32 * step, static_cast<int>(m0));
-      pipeline::tma_load_2d(raw + kTileM * 32, map_b, &ctl.raw_full[slot], 32 * step,
-                            static_cast<int>(n0));
+      pipeline::tma_load_2d(smem + L::kRawOffset + slot * L::kRawBytes, map_b, &ctl.raw_full[slot],
+                            32 * step, static_cast<int>(n0));
     };
     // The first loads fly during the pre-pass (and are dropped if the tile is not foldable).
     const int ahead = min(kRawStages, steps);
@@ -259,18 +264,24 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
       centre[o] = any ? static_cast<int>(lo + hi - 1) / 2 : 127;
       foldable = foldable && (!any || static_cast<int>(hi - 1 - lo) <= 2 * kMaxHalfSpread);
     }
-    // The tile's bf16 tables, one per scale byte (past the spread: never used), then a barrier:
-    // the previous tile's conversions ended before the pre-pass's barrier.
+    // The tile's bf16 tables, one per scale byte (past the spread: never used): A's into the
+    // info slot's buffer once the consumers have converted the A rows of the tile that used it
+    // last; B's were last read by these threads before the pre-pass's barrier.
+    const int slot = local % 2;
+    pipeline::wait(&ctl.info_empty[slot], ((local / 2) & 1) ^ 1);
     uint4* tables = reinterpret_cast<uint4*>(smem + L::kTablesOffset);
+    const uint4* b_tables = tables + 2 * 256;
     if (foldable) {
       for (int i = c; i < 2 * 256; i += kWarpgroup) {
         const int e = (i % 256) - (i < 256 ? centre[0] : centre[1]);
-        tables[i] = bf16_table(max(-64, min(64, e)), i % 256 == 0xFF);
+        tables[i < 256 ? 256 * slot + i : i + 256] =
+            bf16_table(max(-64, min(64, e)), i % 256 == 0xFF);
       }
     }
+    // Every table is written and ctl.reduce read before the info goes out (the consumers read A's
+    // tables after it).
+    pipeline::named_sync(kConverterBarrier, kWarpgroup);
     if (c == 0) {
-      const int slot = local % 2;
-      pipeline::wait(&ctl.info_empty[slot], ((local / 2) & 1) ^ 1);
       ctl.info[slot] = {centre[0], centre[1], foldable ? 1 : 0};
       pipeline::arrive(&ctl.info_full[slot]);
     }
@@ -279,31 +290,25 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
         pipeline::wait(&ctl.raw_full[raw_use % kRawStages], (raw_use / kRawStages) & 1);
         pipeline::arrive(&ctl.raw_empty[raw_use % kRawStages]);
       }
-      pipeline::named_sync(kConverterBarrier, kWarpgroup);  // ctl.reduce was read by all
       continue;
     }
 
-    // Stage row r < 128 is A row m0 + r, others B row n0 + r - 128: blocks j < 2 are A's. The
-    // scale byte of each block (block c % 2 of its row's K step); nullptr past M or N.
+    // Raw block b = c + 128 j is half b % 2 of B row n0 + b / 2, stage row kTileM + b / 2. The
+    // scale byte of each block (block c % 2 of its row's K step); nullptr past N.
     const uint8_t* scale_blocks[L::kBlocksPerThread];
 #pragma unroll
     for (int j = 0; j < L::kBlocksPerThread; ++j) {
-      const bool is_a = j < 2;
-      const PackedOperand& op = is_a ? p.a : p.b;
-      const int64_t row = (is_a ? m0 : n0 - kTileM) + (c + kWarpgroup * j) / 2;
-      scale_blocks[j] =
-          row < (is_a ? p.m : p.n) ? op.scale + row * op.scale_stride + c % 2 : nullptr;
+      const int64_t row = n0 + (c + kWarpgroup * j) / 2;
+      scale_blocks[j] = row < p.n ? p.b.scale + row * p.b.scale_stride + c % 2 : nullptr;
     }
     auto load_scales = [&](int step, uint32_t(&out)[L::kBlocksPerThread]) {
 #pragma unroll
       for (int j = 0; j < L::kBlocksPerThread; ++j)  // e = 0 on the zero-filled rows
         out[j] = scale_blocks[j] != nullptr ? __ldg(scale_blocks[j] + 2 * step)
-                                            : static_cast<uint32_t>(j < 2 ? centre[0] : centre[1]);
+                                            : static_cast<uint32_t>(centre[1]);
     };
     uint32_t scales_next[L::kBlocksPerThread];
     load_scales(0, scales_next);
-    pipeline::named_sync(kConverterBarrier, kWarpgroup);  // the tables are written, ctl.reduce
-                                                          // read
     for (int step = 0; step < steps; ++step, ++raw_use, ++stage_use) {
       const uint32_t raw_slot = raw_use % kRawStages;
       pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
@@ -321,22 +326,21 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_a,
       if (c == 0 && step > 0 && step - 1 + kRawStages < steps)
         issue(raw_use - 1 + kRawStages, step - 1 + kRawStages);
 
-      const uint32_t slot = stage_use % L::kStages;
-      pipeline::wait(&ctl.empty[slot], ((stage_use / L::kStages) & 1) ^ 1);
-      uint8_t* stage = smem + slot * L::kStageBytes;
+      const uint32_t stage_slot = stage_use % L::kStages;
+      pipeline::wait(&ctl.empty[stage_slot], ((stage_use / L::kStages) & 1) ^ 1);
+      uint8_t* stage = smem + stage_slot * L::kStageBytes;
 #pragma unroll
       for (int j = 0; j < L::kBlocksPerThread; ++j)
-        store_block(codes[j], tables[(j < 2 ? 0 : 256) + scales[j]], stage,
-                    (c + kWarpgroup * j) / 2, c % 2);
+        store_block(codes[j], b_tables[scales[j]], stage, kTileM + (c + kWarpgroup * j) / 2, c % 2);
       wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
-      pipeline::arrive(&ctl.full[slot]);
+      pipeline::arrive(&ctl.full[stage_slot]);
     }
   }
 }
 
 // The exact generic code for a 64x64 tile, by consumer warpgroup wg (named barrier 2 + wg).
-__device__ __noinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
-                                             int thread, generic::TileSmem* tiles, int wg) {
+__device__ __forceinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
+                                                int thread, generic::TileSmem* tiles, int wg) {
   if (wg == 0) {
     generic::tile<2>(p, m0, n0, thread, tiles[0]);
   } else {
@@ -346,42 +350,86 @@ __device__ __noinline__ void generic_quarter(const GemmProblem& p, int64_t m0, i
 
 // A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile).
 template <int kTileN>
-__device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl, int wg) {
+__device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, uint8_t* smem,
+                              Control& ctl, int wg) {
   using L = Layout<kTileN>;
   const int thread = threadIdx.x % kWarpgroup;
   const int steps = static_cast<int>(p.k / kStepK);
   auto* generic_tiles = reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset);
-  uint32_t stage = 0, phase = 0;  // the bf16 ring's next slot and its phase parity
+  uint8_t* raw_a = smem + L::kRawAOffset + wg * kRawStages * L::kRawABytes;
+  uint64_t* raw_a_full = ctl.raw_a_full[wg];
+  const uint4* tables = reinterpret_cast<const uint4*>(smem + L::kTablesOffset);
+  // Steps of foldable tiles so far: the uses of the bf16 ring and of the A ring (4 slots).
+  uint32_t use = 0;
   int local = 0;
   float acc[L::kAcc];
   for (int tile = blockIdx.x; tile < tile_count<kTileN>(p); tile += gridDim.x, ++local) {
     int64_t m0, n0;
     tile_origin<kTileN>(p, tile, m0, n0);
+    const int64_t rows0 = m0 + 64 * wg;
     const int slot = local % 2;
     pipeline::wait(&ctl.info_full[slot], (local / 2) & 1);
     const TileInfo info = ctl.info[slot];
-    pipeline::arrive(&ctl.info_empty[slot]);
-    const int64_t rows0 = m0 + 64 * wg;
     if (!info.foldable) {  // exact generic tiles, 64x64 each
+      pipeline::arrive(&ctl.info_empty[slot]);
       if (rows0 >= p.m) continue;
       for (int64_t q0 = n0; q0 < n0 + kTileN && q0 < p.n; q0 += generic::kTile)
         generic_quarter(p, rows0, q0, thread, generic_tiles, wg);
       continue;
     }
 
+    // Raw A rows of step `step` into ring use `use` (every thread of the warpgroup has read the
+    // slot's previous contents: the caller passed the warpgroup barrier after them). Issued once
+    // the tile is known to be foldable; they land while the converters convert B's first step. A
+    // warpgroup whose rows all lie past M (never stored) loads the last rows instead.
+    auto issue_a = [&](uint32_t a_use, int step) {
+      const uint32_t a_slot = a_use % kRawStages;
+      pipeline::arrive_expect_tx(&raw_a_full[a_slot], L::kRawABytes);
+      pipeline::tma_load_2d(raw_a + a_slot * L::kRawABytes, map_a, &raw_a_full[a_slot], 32 * step,
+                            static_cast<int>(rows0 < p.m ? rows0 : p.m - 1));
+    };
+    if (thread == 0)
+      for (int s = 0; s < min(kRawStages, steps); ++s) issue_a(use + s, s);
+    const uint4* a_tables = tables + 256 * slot;
+    // This thread's block: half thread % 2 of A row rows0 + thread / 2. Its scale bytes are loaded
+    // two steps ahead (L2 latency). Rows past M (never stored; each output row depends on its own
+    // A row only) take the last row's scales.
+    const int64_t row = rows0 + thread / 2 < p.m ? rows0 + thread / 2 : p.m - 1;
+    const uint8_t* scale_block = p.a.scale + row * p.a.scale_stride + thread % 2;
+    auto load_scale = [&](int step) {
+      return static_cast<uint32_t>(__ldg(scale_block + 2 * step));
+    };
+    uint32_t scale_next = load_scale(0), scale_after = steps > 1 ? load_scale(1) : 0;
+
 #pragma unroll
     for (int i = 0; i < L::kAcc; ++i) acc[i] = 0.0f;
     wgmma::fence_operands(acc);
     uint32_t previous = 0;
-    for (int step = 0; step < steps; ++step) {
-      pipeline::wait(&ctl.full[stage], phase);
-      const uint32_t base = wgmma::shared_address(smem + stage * L::kStageBytes);
-      const uint32_t a_base = base + wg * 64 * 128, b_base = base + kTileM * 128;
+    for (int step = 0; step < steps; ++step, ++use) {
+      // The warpgroup's A rows of the step into the stage (this warpgroup's MMAs of step
+      // - kStages, the last to read them, are done), while the previous step's MMAs run.
+      const uint32_t a_slot = use % kRawStages, stage = use % L::kStages;
+      pipeline::wait(&raw_a_full[a_slot], (use / kRawStages) & 1);
+      const uint4 codes = reinterpret_cast<const uint4*>(raw_a + a_slot * L::kRawABytes)[thread];
+      const uint32_t scale = scale_next;
+      scale_next = scale_after;
+      if (step + 2 < steps) scale_after = load_scale(step + 2);
+      uint8_t* stage_bytes = smem + stage * L::kStageBytes;
+      store_block(codes, a_tables[scale], stage_bytes, 64 * wg + thread / 2, thread % 2);
+      wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
+      pipeline::named_sync(kConsumerBarrier + wg, kWarpgroup);  // A written, raw slot read
+      if (thread == 0 && step + kRawStages < steps) issue_a(use + kRawStages, step + kRawStages);
+
+      pipeline::wait(&ctl.full[stage], (use / L::kStages) & 1);  // B converted
+      // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
+      // addresses stay below 2^18, so the 14-bit field never carries).
+      const uint64_t stage_desc = wgmma::descriptor(wgmma::shared_address(stage_bytes));
+      const uint64_t a_desc = stage_desc + wg * 64 * 128 / 16,
+                     b_desc = stage_desc + kTileM * 128 / 16;
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t a = wgmma::descriptor(a_base + 32 * kk);
-        const uint64_t b = wgmma::descriptor(b_base + 32 * kk);
+        const uint64_t a = a_desc + 32 * kk / 16, b = b_desc + 32 * kk / 16;
         if constexpr (kTileN == 256) {
           wgmma::mma_bf16_m64n256k16(acc, a, b, true);
         } else {
@@ -392,14 +440,14 @@ __device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl,
       wgmma::wait<1>();  // the previous step's MMAs are done: its stage goes back
       if (step > 0) pipeline::arrive(&ctl.empty[previous]);
       previous = stage;
-      if (++stage == L::kStages) stage = 0, phase ^= 1;
     }
     wgmma::wait<0>();
     wgmma::fence_operands(acc);
     pipeline::arrive(&ctl.empty[previous]);
 
     // D = acc * 2^(cA + cB - 254), then alpha, beta C, bias and one rounding.
-    const double factor = ldexp(1.0, info.centre_a + info.centre_b - 254);
+    const TileInfo centres = ctl.info[slot];  // reloaded: fewer registers live in the loop
+    const double factor = ldexp(1.0, centres.centre_a + centres.centre_b - 254);
     const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
 #pragma unroll
     for (int j = 0; j < kTileN / 8; ++j)
@@ -409,6 +457,7 @@ __device__ void consume_tiles(const GemmProblem& p, uint8_t* smem, Control& ctl,
         const int64_t n = n0 + 8 * j + 2 * q + (i & 1);
         if (m < p.m && n < p.n) store_output(p, m, n, static_cast<double>(acc[4 * j + i]) * factor);
       }
+    pipeline::arrive(&ctl.info_empty[slot]);  // the info is read and A's tables of the slot free
   }
 }
 
@@ -426,6 +475,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kRawStages; ++i) {
       pipeline::init(&ctl.raw_full[i], 1);
       pipeline::init(&ctl.raw_empty[i], kWarpgroup);
+      pipeline::init(&ctl.raw_a_full[0][i], 1);
+      pipeline::init(&ctl.raw_a_full[1][i], 1);
     }
     for (int i = 0; i < L::kStages; ++i) {
       pipeline::init(&ctl.full[i], kWarpgroup);       // every converter thread
@@ -442,10 +493,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < kWarpgroup) {
     pipeline::shrink_registers<kConverterRegisters>();
-    convert_tiles<kTileN>(p, &map_a, &map_b, smem, ctl);
+    convert_tiles<kTileN>(p, &map_b, smem, ctl);
   } else {
     pipeline::grow_registers<kConsumerRegisters>();
-    consume_tiles<kTileN>(p, smem, ctl, threadIdx.x / kWarpgroup - 1);
+    consume_tiles<kTileN>(p, &map_a, smem, ctl, threadIdx.x / kWarpgroup - 1);
   }
 #else
   (void)p, (void)map_a, (void)map_b;
@@ -506,7 +557,7 @@ void launch(const GemmProblem& p, int max_ctas) {
       cudaFuncSetAttribute(gemm_bf16_kernel<kTileN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(L::kBytes)),
       "cudaFuncSetAttribute(gemm_bf16_kernel)");
-  const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM);
+  const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM / 2);  // per consumer warpgroup
   const CUtensorMap map_b = packed_map(p.b, p.n, p.k, kTileN);
   const int64_t tiles = (p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN);
   const int64_t grid = std::min<int64_t>(tiles, max_ctas);
