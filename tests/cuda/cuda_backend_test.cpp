@@ -229,7 +229,7 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
 
   // Compare element by element (padding columns must be untouched too). cuda.generic adds the
   // same double partials in the same order as the reference: with an explicit split_k its output
-  // must match bit for bit. cuda.decode and cuda.bf16 accumulate in fp32 where the scales allow
+  // must match bit for bit. cuda.decode and the bf16 family accumulate in fp32 where the scales allow
   // (docs/ semantics.md: fp32 or better), so it is held to the contract's tolerance for the output
   // dtype.
   const bool generic = std::string(choice.kernel) == "cuda.generic";
@@ -351,57 +351,42 @@ TEST_F(CudaBackend, DecodeFoldedAndExactPathsAcrossSplits) {
 }
 
 TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {
-  // Tile-local scales take the folded bf16 path; wide ones (0..254) the exact generic tiles; ragged
-  // M and N, several K steps, every output dtype.
+  // Both tile widths. Tile-local scales take the folded bf16 path; wide ones (0..254) the exact
+  // generic tiles; ragged M and N, several K steps, every output dtype.
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
   int v = 0;
-  for (int64_t m : {65, 128, 257})
-    for (int64_t n : {128, 200})
-      for (int64_t k : {64, 1024})
-        for (int scales : {kTileLocalScales, kNarrowScales, kWideScales}) {
-          run_case(ctx_, rng_,
-                   GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0,
-                            "cuda.bf16", 0});
-          ++v;
-          if (HasFatalFailure()) return;
-        }
-  // Persistent loop: more tiles than SMs (128-wide tiles for 1000 x 2300; 256-wide for
-  // 2304 x 2056), foldable and exact tiles mixed in one CTA's sequence, long K (many turns of the
-  // stage rings), padded rows (TMA row stride beyond the row; scale rows not 16-byte aligned).
-  const GemmCase large[] = {
-      {1000, 2300, 1024, A4W4_DTYPE_BF16, true, true, kMixedScales, false, 0, "cuda.bf16", 0},
-      {2304, 2056, 256, A4W4_DTYPE_F32, false, true, kMixedScales, false, 0, "cuda.bf16", 0},
-      {300, 520, 4096, A4W4_DTYPE_F16, true, false, kTileLocalScales, false, 0, "cuda.bf16", 0},
-      {200, 136, 512, A4W4_DTYPE_F32, true, true, kTileLocalScales, false, 0, "cuda.bf16", 32},
-  };
-  for (const GemmCase& c : large) {
-    run_case(ctx_, rng_, c);
-    if (HasFatalFailure()) return;
-  }
-  // Both tile widths on small ragged problems, with the persistent grid capped at 3 CTAs so each
-  // loops over several tiles (foldable and exact ones mixed, the rings wrapping across tiles).
-  for (const char* tile_n : {"128", "256"}) {
-    ASSERT_EQ(setenv("A4W4_CUDA_BF16_TILE_N", tile_n, 1), 0);
-    ASSERT_EQ(setenv("A4W4_CUDA_BF16_CTAS", "3", 1), 0);
-    for (const GemmCase& c : {
-             GemmCase{520, 600, 192, A4W4_DTYPE_BF16, true, true, kMixedScales, false, 0,
-                      "cuda.bf16", 0},
-             GemmCase{65, 300, 64, A4W4_DTYPE_F32, false, false, kTileLocalScales, false, 0,
-                      "cuda.bf16", 0},
-             GemmCase{400, 777, 640, A4W4_DTYPE_F16, true, false, kTileLocalScales, false, 0,
-                      "cuda.bf16", 0},
-         }) {
+  for (const char* kernel : {"cuda.bf16_128x256", "cuda.bf16_128x128"}) {
+    for (int64_t m : {65, 128, 257})
+      for (int64_t n : {128, 200, 456})
+        for (int64_t k : {64, 320, 1024})
+          for (int scales : {kTileLocalScales, kNarrowScales, kWideScales}) {
+            if ((m + n + k + scales) % 2 != 0) continue;  // half of the grid keeps it quick
+            run_case(ctx_, rng_,
+                     GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0, kernel,
+                              0});
+            ++v;
+            if (HasFatalFailure()) return;
+          }
+    // Persistent loops: more tiles than SMs (144 tiles of 128 x 128 for 1000 x 2300 and 162 of
+    // 128 x 256 for 2304 x 2056), foldable and exact tiles mixed in one CTA's sequence, long K
+    // (many turns of the stage rings), padded rows (TMA row stride beyond the row; scale rows not
+    // 16-byte aligned), M past a consumer warpgroup's rows (130).
+    const GemmCase large[] = {
+        {1000, 2300, 1024, A4W4_DTYPE_BF16, true, true, kMixedScales, false, 0, kernel, 0},
+        {2304, 2056, 256, A4W4_DTYPE_F32, false, true, kMixedScales, false, 0, kernel, 0},
+        {300, 520, 4096, A4W4_DTYPE_F16, true, false, kTileLocalScales, false, 0, kernel, 0},
+        {200, 136, 512, A4W4_DTYPE_F32, true, true, kTileLocalScales, false, 0, kernel, 32},
+        {130, 456, 320, A4W4_DTYPE_BF16, true, true, kMixedScales, false, 0, kernel, 0},
+    };
+    for (const GemmCase& c : large) {
       run_case(ctx_, rng_, c);
-      if (HasFatalFailure()) break;
+      if (HasFatalFailure()) return;
     }
-    unsetenv("A4W4_CUDA_BF16_TILE_N");
-    unsetenv("A4W4_CUDA_BF16_CTAS");
-    if (HasFatalFailure()) return;
   }
 }
 
 TEST_F(CudaBackend, Bf16FamilyRefusesRowsTmaCannotLoad) {
-  // Rows of 65 bytes (130 elements): TMA needs 16-byte strides, so cuda.bf16 refuses and the
+  // Rows of 65 bytes (130 elements): TMA needs 16-byte strides, so the bf16 family refuses and the
   // dispatcher runs another kernel.
   const a4w4_device gpu = a4w4_cuda(0);
   DeviceBuffer a(200 * 65), as(200 * 4), b(128 * 65), bs(128 * 4), d(200 * 128 * 4);
@@ -412,7 +397,7 @@ TEST_F(CudaBackend, Bf16FamilyRefusesRowsTmaCannotLoad) {
   a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, 200, 128, 128, gpu);
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);
-  options.kernel = "cuda.bf16";
+  options.kernel = "cuda.bf16_128x128";
   EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
             A4W4_ERROR_KERNEL_NOT_APPLICABLE);
   EXPECT_NE(std::string(a4w4_last_error_message()).find("16 bytes"), std::string::npos)

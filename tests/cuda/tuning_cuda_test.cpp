@@ -152,7 +152,8 @@ TEST_F(CudaTuning, HeuristicPicksDecodeForSmallMAndTensorCoresOrGenericOtherwise
   EXPECT_STREQ(c.kernel, major >= 9 ? "cuda.decode" : "cuda.generic");
   EXPECT_EQ(c.split_k, 0);  // cuda.decode sizes its own split
   ASSERT_EQ(large.choose(ctx_, &c), A4W4_SUCCESS);
-  EXPECT_STREQ(c.kernel, major == 9 ? "cuda.bf16" : "cuda.generic");
+  // 256 x 512: four 128 x 256 tiles or eight 128 x 128 ones; the narrow tiles fill more SMs.
+  EXPECT_STREQ(c.kernel, major == 9 ? "cuda.bf16_128x128" : "cuda.generic");
 }
 
 TEST_F(CudaTuning, TunedEntriesOfThisDeviceAreUsedAndBucketed) {

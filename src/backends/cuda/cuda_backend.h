@@ -19,9 +19,10 @@ void dequantize(const DequantizeProblem& problem);
 void prepare_weight(const PrepareWeightProblem& problem);
 
 // GEMM kernel families (registered in dispatch/registry.cpp).
-// The bf16 wgmma family for large M (gemm_bf16.cu), sm_90a.
+// The bf16 wgmma family for large M (gemm_bf16.cu), sm_90a: 128 x 256 and 128 x 128 tiles.
 std::string gemm_bf16_why_not(const GemmProblem& problem);
-void gemm_bf16(const GemmProblem& problem, const ExecConfig& exec);
+void gemm_bf16_128x256(const GemmProblem& problem, const ExecConfig& exec);
+void gemm_bf16_128x128(const GemmProblem& problem, const ExecConfig& exec);
 std::string gemm_generic_why_not(const GemmProblem& problem);
 void gemm_generic(const GemmProblem& problem, const ExecConfig& exec);
 std::string gemm_decode_why_not(const GemmProblem& problem);
