@@ -2,6 +2,7 @@
 // what it holds: entries per device (which of them are this machine's), and every warning.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -32,7 +33,24 @@ void run_config_check(const ConfigCheck& settings) {
   for (const tuned::Row& row : rows) ++per_device[{row.device, row.sm_count}];
   int local = 0;
   check(a4w4_context_tuned_count(context.get(), &local, nullptr), "config check");
-  const std::vector<std::string> warnings = tuned_warnings(context.get());
+  std::vector<std::string> warnings = tuned_warnings(context.get());
+  // Entries of other devices are not loaded (nor judged) by a context; their kernel names still
+  // must exist, or the file is stale wherever it is meant to be used. (A build without a backend
+  // cannot judge that backend's names.)
+  for (const tuned::Row& row : rows) {
+    const bool cuda_name = row.kernel.rfind("cuda.", 0) == 0;
+    if (cuda_name && !a4w4_backend_compiled(A4W4_BACKEND_CUDA)) continue;
+    const std::string where = fmt::format("{}:{}:", settings.file, row.line);
+    const bool reported = std::any_of(warnings.begin(), warnings.end(), [&](const std::string& w) {
+      return w.rfind(where, 0) == 0;  // a local entry: the load said it already
+    });
+    int index = 0;
+    if (!reported && a4w4_kernel_find(row.kernel.c_str(), &index) == A4W4_ERROR_KERNEL_NOT_FOUND)
+      warnings.push_back(fmt::format("{}:{}: kernel '{}' (an entry for {}, {} SMs) is not "
+                                     "registered in this build",
+                                     settings.file, row.line, row.kernel, row.device,
+                                     row.sm_count));
+  }
 
   fmt::print("{}: {} entries, valid\n", settings.file, rows.size());
   for (const auto& [device, count] : per_device)

@@ -260,6 +260,19 @@ TEST_F(CliTest, ConfigCheckReportsMalformedStaleAndForeignEntries) {
   EXPECT_NE(result.out.find("NVIDIA H200 (132 SMs): 1 entries"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("this machine: 1 entries"), std::string::npos) << result.out;
   expect_failure("config check --strict stale.csv", "1 warning(s)");
+
+  // Another device's entry is not loaded, but a kernel name this build does not have makes the
+  // file stale wherever it is meant to be used: reported (once) too.
+  write_raw("foreign.csv", std::string(kTunedHeader) +
+                               "Some Other GPU,99,1,64,256,cpu.gone_elsewhere,0,1,1\n" +
+                               cpu_tuning_key() + ",1,64,256,cpu.gone,0,1,1\n");
+  const Outcome foreign = run("config check foreign.csv");
+  ASSERT_EQ(foreign.exit_code, 0) << foreign.err;
+  EXPECT_NE(foreign.out.find("foreign.csv:2: kernel 'cpu.gone_elsewhere' (an entry for Some Other "
+                             "GPU, 99 SMs) is not registered in this build"),
+            std::string::npos)
+      << foreign.out;
+  EXPECT_NE(foreign.out.find("2 warning(s)"), std::string::npos) << foreign.out;
 }
 
 TEST_F(CliTest, QuantizeDequantizeRoundTripIsExactOnTheGrid) {
