@@ -9,7 +9,8 @@
 //   bf16 stages for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile
 //   against 2M MACs, about 70 integer instructions per 32-value block), so it overlaps the MMAs.
 //   The scale bytes (one per row and block) are read with plain loads ahead of use: TMA boxes need
-//   16-byte rows, which short K would not give.
+//   16-byte rows, which short K would not give. A prepared B (A4W4_LAYOUT_PREPARED_V1) comes in
+//   whole 128-K tiles instead, one raw stage per two K steps (convert_prepared).
 // - two consumer warpgroups (64 rows of the tile each) convert their own A rows of each step (one
 //   block per thread, from a raw ring of their own that their thread 0 fills by TMA) into the A
 //   part of the bf16 stage, then issue wgmma m64nNk16 on it, keep one step of MMAs in flight, and
