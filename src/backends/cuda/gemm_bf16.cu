@@ -217,17 +217,19 @@ __device__ void scan_prepared_scales(const PackedOperand& op, int64_t n0, int64_
   const int last_rows = static_cast<int>(rows - n0 - 16 * (groups - 1));  // 1..16
   const bool ragged_k = k % layout::kTileK != 0;  // then blocks 2, 3 of the last K tile are padding
   const uint4* base = reinterpret_cast<const uint4*>(op.scale + (n0 / 16) * k_tiles * 64);
+  const int last_group = (groups - 1) * k_tiles * 4;  // the first 16 bytes of the last group
 #pragma unroll 4
   for (int i = threadIdx.x; i < groups * k_tiles * 4; i += kWarpgroup) {
     const uint4 w = __ldg(base + i);
-    // Word h of the i-th 16 bytes: row 2 q + h / 2 + 8 (h % 2) of its group, blocks j = 0..3.
-    const int tile = i / 4, q = i % 4, group = tile / k_tiles;
-    const bool last_k = ragged_k && tile - group * k_tiles == k_tiles - 1;
+    // Word h of the i-th 16 bytes: row 2 q + h / 2 + 8 (h % 2) of its group, blocks j = 0..3 of
+    // K tile (i / 4) % k_tiles.
+    const int q = i % 4;
+    const bool last_k = ragged_k && (i / 4) % k_tiles == k_tiles - 1;
     const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
       uint32_t word = words[h] | (last_k ? 0xFFFF0000u : 0u);
-      if (group == groups - 1 && 2 * q + h / 2 + 8 * (h % 2) >= last_rows) word = 0xFFFFFFFFu;
+      if (i >= last_group && 2 * q + h / 2 + 8 * (h % 2) >= last_rows) word = 0xFFFFFFFFu;
       fold_scales(word, lo4, hi4);
     }
   }
