@@ -395,6 +395,9 @@ TEST_F(CudaBackend, Bf16FamilyTakesAPreparedB) {
   // ring of K tiles).
   for (const char* kernel : {"cuda.bf16_128x256", "cuda.bf16_128x128"}) {
     const GemmCase cases[] = {
+        // Smallest first (one K tile, one or two row groups), so a failure names the simplest case.
+        {65, 16, 128, A4W4_DTYPE_F32, false, false, kNarrowScales, true, 0, kernel, 0},
+        {70, 17, 128, A4W4_DTYPE_F32, false, false, kNarrowScales, true, 0, kernel, 0},
         {65, 200, 320, A4W4_DTYPE_F32, true, true, kTileLocalScales, true, 0, kernel, 0},
         {128, 456, 64, A4W4_DTYPE_BF16, false, true, kTileLocalScales, true, 0, kernel, 0},
         {257, 136, 2880, A4W4_DTYPE_F16, true, false, kTileLocalScales, true, 0, kernel, 0},
