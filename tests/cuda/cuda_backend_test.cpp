@@ -440,6 +440,39 @@ TEST_F(CudaBackend, DispatcherSendsAPreparedBAtLargeMToTheBf16Family) {
   EXPECT_EQ(std::string(choice.kernel).rfind("cuda.bf16_", 0), 0u) << choice.kernel;
 }
 
+TEST_F(CudaBackend, Bf16FamilyRefusesAMisalignedPreparedB) {
+  // A prepared B 4 bytes past a 16-byte boundary cannot be a TMA base: refused with the reason, and
+  // the dispatcher runs another kernel.
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t m = 100, n = 64, k = 256;
+  size_t wbytes = 0, sbytes = 0;
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
+            A4W4_SUCCESS);
+  DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes + 16), ps(sbytes + 16), d(m * n * 4);
+  ASSERT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
+  ASSERT_EQ(cudaMemset(as.get(), 127, m * k / 32), cudaSuccess);
+  ASSERT_EQ(cudaMemset(pw.get(), 0, wbytes + 16), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ps.get(), 127, sbytes + 16), cudaSuccess);
+  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+  a4w4_tensor tb = tensor(static_cast<uint8_t*>(pw.get()) + 4, A4W4_DTYPE_E2M1, n, k, 0, gpu);
+  a4w4_tensor tbs = tensor(static_cast<uint8_t*>(ps.get()) + 4, A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
+  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V1;
+  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.kernel = "cuda.bf16_128x128";
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("16 bytes"), std::string::npos)
+      << a4w4_last_error_message();
+  options.kernel = nullptr;
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST_F(CudaBackend, Bf16FamilyRefusesRowsTmaCannotLoad) {
   // Rows of 65 bytes (130 elements): TMA needs 16-byte strides, so the bf16 family refuses and the
   // dispatcher runs another kernel.
