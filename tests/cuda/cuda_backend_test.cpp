@@ -390,8 +390,8 @@ TEST_F(CudaBackend, Bf16FamilyTakesAPreparedB) {
   // multiple of 16 or of the tile (zero rows of the last 16-row group, then TMA's zero fill), K not
   // a multiple of 128 (the last K tile's padding blocks are neither scanned nor converted; K = 64
   // is one step of one K tile), foldable and exact tiles mixed, every output dtype, NaN scales
-  // (run_case puts a few in), a padded A beside a prepared B, persistent loops (162 tiles of 128 x
-  // 256 for 2304 x 2056, 144 of 128 x 128 for 1000 x 2300) and long K (many turns of the 2-deep
+  // (run_case puts a few in), a padded A beside a prepared B, persistent loops (135 tiles of 128 x
+  // 256 for 1920 x 2056, 144 of 128 x 128 for 1000 x 2300) and long K (many turns of the 2-deep
   // ring of K tiles).
   for (const char* kernel : {"cuda.bf16_128x256", "cuda.bf16_128x128"}) {
     const GemmCase cases[] = {
@@ -404,8 +404,8 @@ TEST_F(CudaBackend, Bf16FamilyTakesAPreparedB) {
         {130, 456, 320, A4W4_DTYPE_BF16, true, true, kMixedScales, true, 0, kernel, 0},
         {200, 72, 1024, A4W4_DTYPE_F32, false, false, kWideScales, true, 0, kernel, 0},
         {300, 520, 4096, A4W4_DTYPE_F16, true, true, kNarrowScales, true, 0, kernel, 32},
-        {1000, 2300, 1024, A4W4_DTYPE_BF16, true, true, kMixedScales, true, 0, kernel, 0},
-        {2304, 2056, 320, A4W4_DTYPE_F32, false, true, kMixedScales, true, 0, kernel, 0},
+        {1000, 2300, 512, A4W4_DTYPE_BF16, true, true, kMixedScales, true, 0, kernel, 0},
+        {1920, 2056, 320, A4W4_DTYPE_F32, false, true, kMixedScales, true, 0, kernel, 0},
         {384, 1000, 192, A4W4_DTYPE_F16, false, true, kMixedScales, true, 0, kernel, 0},
     };
     for (const GemmCase& c : cases) {
