@@ -38,6 +38,7 @@
 #include <string>
 
 #include "api/error.h"
+#include "backends/cuda/bf16_prepared_map.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -265,20 +266,14 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
 }
 
 // A prepared B's steps of the tile at n0 (foldable; B's tables built), by the 128 converter
-// threads. A raw stage holds one 128-K tile of the prepared layout for the tile's kTileN rows:
-// 16-row groups of 1024 bytes, in which the 16 bytes of lane (r8, p), half h8 (row r8 + 8 h8 of the
-// group) hold piece p (elements [8p, 8p + 8)) of the four blocks j = 0..3 of that row, one word
-// each. A K step of 64 uses blocks 0, 1 or 2, 3: words 0, 1 or 2, 3 of every 16 bytes, which lie in
-// half of the shared-memory banks; so each thread reads its rows' whole 128-K tile once (four
-// 16-byte loads per row), converts words 0, 1 into the first step's stage and keeps words 2, 3 in
-// registers for the second, and the raw slot goes back after one step. Thread c takes rows n_local
-// = 16 group + rig (R = kTileN / 128 of them): group = 2 (warp + 4 i) + lane / 16, and rig (the row
-// in the group) from lane % 16 in the order 0..3, 12..15, 4..11, so the 8 threads of each
-// quarter-warp hold rows r8 = 0..7 (halves h8: 4 of each). Its load i (0..3) reads piece p = i ^
-// g(r8 % 4), g = {0, 2, 3, 1} (g(x) and g(x) ^ x are both permutations of 0..3): the 8 threads'
-// loads hit 8 distinct 16-byte bank groups (2p + h8) and their bf16 stores, chunk (4 half + p) ^ r8
-// of their swizzled rows, too. Piece p of a block is written to its natural place (bytes 16 p of
-// the block's 64), so A (plain) and B meet in the same element order.
+// threads. A raw stage holds one 128-K tile of the prepared layout for the tile's kTileN rows
+// (16-row groups of 1024 bytes). A K step of 64 uses blocks 0, 1 or 2, 3: words 0, 1 or 2, 3 of
+// every 16 bytes, which lie in half of the shared-memory banks; so each thread reads its rows'
+// whole 128-K tile once (four 16-byte loads per row), converts words 0, 1 into the first step's
+// stage and keeps words 2, 3 in registers for the second, and the raw slot goes back after one
+// step. Which rows and pieces a thread takes, and why its loads and stores are free of bank
+// conflicts: bf16_prepared_map.h. Each piece is written to its natural place (bytes 16 p of its
+// block's 64), so A (plain) and B meet in the same element order.
 template <int kTileN, typename Issue>
 __device__ __forceinline__ void convert_prepared(const GemmProblem& p, int64_t n0, int centre_b,
                                                  const uint4* b_tables, Issue& issue, uint8_t* smem,
@@ -286,22 +281,19 @@ __device__ __forceinline__ void convert_prepared(const GemmProblem& p, int64_t n
                                                  uint32_t& stage_use) {
   using L = Layout<kTileN>;
   constexpr int kRing = L::kPreparedRawStages, kRows = kTileN / kWarpgroup;
-  const int c = threadIdx.x, warp = c / 32, lane = c % 32;
+  const int c = threadIdx.x;
   const int steps = static_cast<int>(p.k / kStepK);
   const int k_tiles = static_cast<int>(layout::k_tiles(p.k));
-  // Per row: the offsets of load i (^ (i << 5)) and of its stores (^ ((4 half ^ i) << 4)), and
+  // Per row: the offsets of load q (^ (q << 5)) and of its stores (^ ((4 half ^ q) << 4)), and
   // its 4 scale bytes of K tile 0 (nullptr past N).
   uint32_t load_offset[kRows], store_offset[kRows];
   const uint8_t* scale_rows[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    const int group = 2 * (warp + 4 * i) + lane / 16, t16 = lane % 16;
-    const int rig = t16 < 4 ? t16 : (t16 < 8 ? t16 + 8 : t16 - 4);
-    const int r8 = rig % 8, h8 = rig / 8, g = (0x1320 >> (4 * (r8 % 4))) & 3;
-    load_offset[i] = static_cast<uint32_t>(group * 1024 + r8 * 128 + h8 * 16 + (g << 5));
-    const uint32_t stage_row = kTileM + 16 * group + rig;  // stage_row % 8 == r8
-    store_offset[i] = stage_row * 128 + ((g ^ r8) << 4);
-    const int64_t row = n0 + 16 * group + rig;
+    const bf16_prepared::RowMap map = bf16_prepared::row_map(c, i, kTileM);
+    load_offset[i] = map.load_offset;
+    store_offset[i] = map.store_offset;
+    const int64_t row = n0 + map.row;
     scale_rows[i] =
         row < p.n ? p.b.scale + layout::prepared_scale_offset(row, 0, k_tiles) : nullptr;
   }
