@@ -45,11 +45,13 @@ constexpr std::array kGemmKernels = {
     // leave fewer SMs idle on small problems. The heuristic weighs speed by tile fill and waves.
     GemmKernel{"cuda.bf16_128x256", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 256, 64, 1, false,
                false, 65, 0, 16.0,
-               "sm_90a; plain A and B with 16-byte aligned rows (TMA); K % 64 == 0; M, N, K < 2^31",
+               "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
+               "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x256},
     GemmKernel{"cuda.bf16_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 128, 64, 1, false,
                false, 65, 0, 14.0,
-               "sm_90a; plain A and B with 16-byte aligned rows (TMA); K % 64 == 0; M, N, K < 2^31",
+               "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
+               "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x128},
     GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_GENERIC, 64, 64, 32, 0, false,
                false, 1, 0, 1.0, "sm_80 or newer; M up to 65535 * 64", cuda::gemm_generic_why_not,

@@ -385,6 +385,94 @@ TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {
   }
 }
 
+TEST_F(CudaBackend, Bf16FamilyTakesAPreparedB) {
+  // B in A4W4_LAYOUT_PREPARED_V1 (prepared on the GPU by run_case), both tile widths: N not a
+  // multiple of 16 or of the tile (zero rows of the last 16-row group, then TMA's zero fill), K not
+  // a multiple of 128 (the last K tile's padding blocks are neither scanned nor converted; K = 64
+  // is one step of one K tile), foldable and exact tiles mixed, every output dtype, NaN scales
+  // (run_case puts a few in), a padded A beside a prepared B, persistent loops (135 tiles of 128 x
+  // 256 for 1920 x 2056, 144 of 128 x 128 for 1000 x 2300) and long K (many turns of the 2-deep
+  // ring of K tiles).
+  for (const char* kernel : {"cuda.bf16_128x256", "cuda.bf16_128x128"}) {
+    const GemmCase cases[] = {
+        // Smallest first (one K tile, one or two row groups), so a failure names the simplest case.
+        {65, 16, 128, A4W4_DTYPE_F32, false, false, kNarrowScales, true, 0, kernel, 0},
+        {70, 17, 128, A4W4_DTYPE_F32, false, false, kNarrowScales, true, 0, kernel, 0},
+        {65, 200, 320, A4W4_DTYPE_F32, true, true, kTileLocalScales, true, 0, kernel, 0},
+        {128, 456, 64, A4W4_DTYPE_BF16, false, true, kTileLocalScales, true, 0, kernel, 0},
+        {257, 136, 2880, A4W4_DTYPE_F16, true, false, kTileLocalScales, true, 0, kernel, 0},
+        {130, 456, 320, A4W4_DTYPE_BF16, true, true, kMixedScales, true, 0, kernel, 0},
+        {200, 72, 1024, A4W4_DTYPE_F32, false, false, kWideScales, true, 0, kernel, 0},
+        {300, 520, 4096, A4W4_DTYPE_F16, true, true, kNarrowScales, true, 0, kernel, 32},
+        {1000, 2300, 512, A4W4_DTYPE_BF16, true, true, kMixedScales, true, 0, kernel, 0},
+        {1920, 2056, 320, A4W4_DTYPE_F32, false, true, kMixedScales, true, 0, kernel, 0},
+        {384, 1000, 192, A4W4_DTYPE_F16, false, true, kMixedScales, true, 0, kernel, 0},
+    };
+    for (const GemmCase& c : cases) {
+      run_case(ctx_, rng_, c);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_F(CudaBackend, DispatcherSendsAPreparedBAtLargeMToTheBf16Family) {
+  // Before the bf16 family took prepared weights, M >= 65 with a prepared B fell back to
+  // cuda.generic (about 10x slower).
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t m = 256, n = 512, k = 1024;
+  size_t wbytes = 0, sbytes = 0;
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
+            A4W4_SUCCESS);
+  DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes), ps(sbytes), d(m * n * 4);
+  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+  a4w4_tensor tb = tensor(pw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
+  a4w4_tensor tbs = tensor(ps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
+  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V1;
+  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  a4w4_gemm_choice choice{};
+  choice.struct_size = sizeof choice;
+  ASSERT_EQ(a4w4_gemm_choose(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, &choice),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  EXPECT_EQ(std::string(choice.kernel).rfind("cuda.bf16_", 0), 0u) << choice.kernel;
+}
+
+TEST_F(CudaBackend, Bf16FamilyRefusesAMisalignedPreparedB) {
+  // A prepared B 4 bytes past a 16-byte boundary cannot be a TMA base: refused with the reason, and
+  // the dispatcher runs another kernel.
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t m = 100, n = 64, k = 256;
+  size_t wbytes = 0, sbytes = 0;
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
+            A4W4_SUCCESS);
+  DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes + 16), ps(sbytes + 16), d(m * n * 4);
+  ASSERT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
+  ASSERT_EQ(cudaMemset(as.get(), 127, m * k / 32), cudaSuccess);
+  ASSERT_EQ(cudaMemset(pw.get(), 0, wbytes + 16), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ps.get(), 127, sbytes + 16), cudaSuccess);
+  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+  a4w4_tensor tb = tensor(static_cast<uint8_t*>(pw.get()) + 4, A4W4_DTYPE_E2M1, n, k, 0, gpu);
+  a4w4_tensor tbs = tensor(static_cast<uint8_t*>(ps.get()) + 4, A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
+  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V1;
+  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.kernel = "cuda.bf16_128x128";
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("16 bytes"), std::string::npos)
+      << a4w4_last_error_message();
+  options.kernel = nullptr;
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST_F(CudaBackend, Bf16FamilyRefusesRowsTmaCannotLoad) {
   // Rows of 65 bytes (130 elements): TMA needs 16-byte strides, so the bf16 family refuses and the
   // dispatcher runs another kernel.

@@ -9,7 +9,8 @@
 //   bf16 stages for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile
 //   against 2M MACs, about 70 integer instructions per 32-value block), so it overlaps the MMAs.
 //   The scale bytes (one per row and block) are read with plain loads ahead of use: TMA boxes need
-//   16-byte rows, which short K would not give.
+//   16-byte rows, which short K would not give. A prepared B (A4W4_LAYOUT_PREPARED_V1) comes in
+//   whole 128-K tiles instead, one raw stage per two K steps (convert_prepared).
 // - two consumer warpgroups (64 rows of the tile each) convert their own A rows of each step (one
 //   block per thread, from a raw ring of their own that their thread 0 fills by TMA) into the A
 //   part of the bf16 stage, then issue wgmma m64nNk16 on it, keep one step of MMAs in flight, and
@@ -37,12 +38,14 @@
 #include <string>
 
 #include "api/error.h"
+#include "backends/cuda/bf16_prepared_map.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/generic_tile.cuh"
 #include "backends/cuda/pipeline.cuh"
 #include "backends/cuda/wgmma.cuh"
+#include "numerics/weight_layout.h"
 
 // The sm_80 device pass compiles only the kernels' stubs (this family is sm_90a code), which leaves
 // the helpers below unreferenced there: silence "declared but never referenced" in that pass only.
@@ -93,6 +96,10 @@ struct Layout {
   static constexpr int kRows = kTileM + kTileN;          // A rows, then B rows, in every stage
   static constexpr int kStageBytes = kRows * 128;        // 64 bf16 per row, swizzled
   static constexpr int kRawBytes = kTileN * 32;          // B's raw stage: 64 E2M1 per row
+  // A prepared B's raw stage: one 128-K tile of the prepared layout (16-row groups of 1024 bytes)
+  // for two K steps; its ring takes the plain ring's bytes (2 stages: the same 4 steps ahead).
+  static constexpr int kPreparedRawBytes = kTileN * 64;
+  static constexpr int kPreparedRawStages = kRawStages * kRawBytes / kPreparedRawBytes;
   static constexpr int kRawABytes = 64 * 32;             // a consumer warpgroup's A rows
   static constexpr int kStages = kTileN == 256 ? 3 : 4;  // 48 or 32 KB each
   static constexpr int kRawOffset = kStages * kStageBytes;
@@ -111,6 +118,7 @@ struct Layout {
   static constexpr int kAcc = kTileN / 2;  // fp32 accumulators per thread
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kTileN % kWarpgroup == 0);
   static_assert(kStages <= kMaxStages);
+  static_assert(kPreparedRawStages >= 2 && kPreparedRawStages <= kRawStages);
 };
 
 // bf16 bit patterns of the E2M1 magnitudes 0.5, 1, ..., 6 at block exponent e (relative to the
@@ -197,6 +205,37 @@ __device__ void scan_scales(const PackedOperand& op, int64_t row0, int64_t rows,
   }
 }
 
+// Scans a prepared B's scales of the tile's 16-row groups from n0 / 16 (count_groups of them,
+// clipped to those holding rows below `rows`), all K tiles, by the 128 converter threads. A group's
+// scales over all K tiles are contiguous (64 k_tiles bytes), so the tile's are one run of 16-byte
+// words. Padding (rows past `rows`, blocks past K in the last K tile) is read as 0xFF, which drops
+// out of the minimum and of the maximum like a NaN.
+__device__ void scan_prepared_scales(const PackedOperand& op, int64_t n0, int64_t rows,
+                                     int count_groups, int64_t k, uint32_t& lo4, uint32_t& hi4) {
+  const int k_tiles = static_cast<int>(layout::k_tiles(k));
+  const int64_t row_groups = (rows - n0 + 15) / 16;
+  const int groups = row_groups < count_groups ? static_cast<int>(row_groups) : count_groups;
+  const int last_rows = static_cast<int>(rows - n0 - 16 * (groups - 1));  // 1..16
+  const bool ragged_k = k % layout::kTileK != 0;  // then blocks 2, 3 of the last K tile are padding
+  const uint4* base = reinterpret_cast<const uint4*>(op.scale + (n0 / 16) * k_tiles * 64);
+  const int last_group = (groups - 1) * k_tiles * 4;  // the first 16 bytes of the last group
+#pragma unroll 4
+  for (int i = threadIdx.x; i < groups * k_tiles * 4; i += kWarpgroup) {
+    const uint4 w = __ldg(base + i);
+    // Word h of the i-th 16 bytes: row 2 q + h / 2 + 8 (h % 2) of its group, blocks j = 0..3 of
+    // K tile (i / 4) % k_tiles.
+    const int q = i % 4;
+    const bool last_k = ragged_k && (i / 4) % k_tiles == k_tiles - 1;
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      uint32_t word = words[h] | (last_k ? 0xFFFF0000u : 0u);
+      if (i >= last_group && 2 * q + h / 2 + 8 * (h % 2) >= last_rows) word = 0xFFFFFFFFu;
+      fold_scales(word, lo4, hi4);
+    }
+  }
+}
+
 __device__ __forceinline__ uint32_t min_byte(uint32_t x) {
   return min(min(x & 0xFFu, (x >> 8) & 0xFFu), min((x >> 16) & 0xFFu, x >> 24));
 }
@@ -221,36 +260,139 @@ __device__ __forceinline__ int tile_count(const GemmProblem& p) {
   return static_cast<int>((p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN));
 }
 
-// The converter warpgroup (threads 0..127): B's rows.
-template <int kTileN>
+// Component j (0..3) of v (j a constant once inlined).
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+// A prepared B's steps of the tile at n0 (foldable; B's tables built), by the 128 converter
+// threads. A raw stage holds one 128-K tile of the prepared layout for the tile's kTileN rows
+// (16-row groups of 1024 bytes). A K step of 64 uses blocks 0, 1 or 2, 3: words 0, 1 or 2, 3 of
+// every 16 bytes, which lie in half of the shared-memory banks; so each thread reads its rows'
+// whole 128-K tile once (four 16-byte loads per row), converts words 0, 1 into the first step's
+// stage and keeps words 2, 3 in registers for the second, and the raw slot goes back after one
+// step. Which rows and pieces a thread takes, and why its loads and stores are free of bank
+// conflicts: bf16_prepared_map.h. Each piece is written to its natural place (bytes 16 p of its
+// block's 64), so A (plain) and B meet in the same element order.
+template <int kTileN, typename Issue>
+__device__ __forceinline__ void convert_prepared(const GemmProblem& p, int64_t n0, int centre_b,
+                                                 const uint4* b_tables, Issue& issue, uint8_t* smem,
+                                                 Control& ctl, uint32_t& raw_use,
+                                                 uint32_t& stage_use) {
+  using L = Layout<kTileN>;
+  constexpr int kRing = L::kPreparedRawStages, kRows = kTileN / kWarpgroup;
+  const int c = threadIdx.x;
+  const int steps = static_cast<int>(p.k / kStepK);
+  const int k_tiles = static_cast<int>(layout::k_tiles(p.k));
+  // Per row: the offsets of load q (^ (q << 5)) and of its stores (^ ((4 half ^ q) << 4)), and
+  // its 4 scale bytes of K tile 0 (nullptr past N).
+  uint32_t load_offset[kRows], store_offset[kRows];
+  const uint8_t* scale_rows[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const bf16_prepared::RowMap map = bf16_prepared::row_map(c, i, kTileM);
+    load_offset[i] = map.load_offset;
+    store_offset[i] = map.store_offset;
+    const int64_t row = n0 + map.row;
+    scale_rows[i] =
+        row < p.n ? p.b.scale + layout::prepared_scale_offset(row, 0, k_tiles) : nullptr;
+  }
+  // The 4 scale bytes (blocks j = 0..3) of K tile t of each row; e = 0 on rows past N.
+  auto load_scales = [&](int t, uint32_t(&out)[kRows]) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+      out[i] = scale_rows[i] != nullptr
+                   ? __ldg(reinterpret_cast<const uint32_t*>(scale_rows[i] + 64 * int64_t{t}))
+                   : static_cast<uint32_t>(centre_b) * 0x01010101u;
+  };
+  // One K step (blocks 2 pair and 2 pair + 1 of the K tile) into the next bf16 stage.
+  auto convert_step = [&](const uint4(&codes)[kRows][4], const uint32_t(&scales)[kRows], int pair) {
+    const uint32_t stage_slot = stage_use % L::kStages;
+    pipeline::wait(&ctl.empty[stage_slot], ((stage_use / L::kStages) & 1) ^ 1);
+    uint8_t* stage = smem + stage_slot * L::kStageBytes;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * pair + half;
+        const uint4 table = b_tables[(scales[i] >> (8 * j)) & 0xFFu];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          *reinterpret_cast<uint4*>(stage + (store_offset[i] ^ ((4 * half ^ q) << 4))) =
+              to_bf16x8(word_of(codes[i][q], j), table);
+      }
+    wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
+    pipeline::arrive(&ctl.full[stage_slot]);
+    ++stage_use;
+  };
+  uint32_t scales_next[kRows];
+  load_scales(0, scales_next);
+  for (int t = 0; t < k_tiles; ++t, ++raw_use) {
+    const uint32_t raw_slot = raw_use % kRing;
+    pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRing) & 1);
+    const uint8_t* raw = smem + L::kRawOffset + raw_slot * L::kPreparedRawBytes;
+    uint4 codes[kRows][4];
+    uint32_t scales[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        codes[i][q] = *reinterpret_cast<const uint4*>(raw + (load_offset[i] ^ (q << 5)));
+      scales[i] = scales_next[i];
+    }
+    pipeline::arrive(&ctl.raw_empty[raw_slot]);
+    if (t + 1 < k_tiles) load_scales(t + 1, scales_next);
+    convert_step(codes, scales, 0);
+    // Refill this slot (every converter has most likely read it by now) with K tile t + kRing.
+    if (c == 0 && t + kRing < k_tiles) issue(raw_use + kRing, t + kRing);
+    if (2 * t + 1 < steps) convert_step(codes, scales, 1);
+  }
+}
+
+// The converter warpgroup (threads 0..127): B's rows, plain or prepared (kPrepared: the raw ring
+// holds 128-K tiles of the prepared layout, each serving two K steps).
+template <int kTileN, bool kPrepared>
 __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, uint8_t* smem,
                               Control& ctl) {
   using L = Layout<kTileN>;
+  constexpr int kRing = kPrepared ? L::kPreparedRawStages : kRawStages;
+  constexpr int kLoadBytes = kPrepared ? L::kPreparedRawBytes : L::kRawBytes;
   const int c = threadIdx.x, warp = c / 32;
   const int steps = static_cast<int>(p.k / kStepK), blocks = static_cast<int>(p.k / 32);
+  const int k_tiles = static_cast<int>(layout::k_tiles(p.k));
+  const int loads = kPrepared ? k_tiles : steps;  // raw stages per tile of D
   uint32_t raw_use = 0, stage_use = 0;  // uses of the rings so far: slot and phase
   int local = 0;
   for (int tile = blockIdx.x; tile < tile_count<kTileN>(p); tile += gridDim.x, ++local) {
     int64_t m0, n0;
     tile_origin<kTileN>(p, tile, m0, n0);
-    // Raw stage for step `step` into the slot of ring use `use`, once every converter has read
-    // the slot's previous contents.
-    auto issue = [&](uint32_t use, int step) {
-      const uint32_t slot = use % kRawStages;
-      pipeline::wait(&ctl.raw_empty[slot], ((use / kRawStages) & 1) ^ 1);
-      pipeline::arrive_expect_tx(&ctl.raw_full[slot], L::kRawBytes);
-      pipeline::tma_load_2d(smem + L::kRawOffset + slot * L::kRawBytes, map_b, &ctl.raw_full[slot],
-                            32 * step, static_cast<int>(n0));
+    // Raw stage `load` (a K step, or a prepared B's K tile) into the slot of ring use `use`, once
+    // every converter has read the slot's previous contents.
+    auto issue = [&](uint32_t use, int load) {
+      const uint32_t slot = use % kRing;
+      pipeline::wait(&ctl.raw_empty[slot], ((use / kRing) & 1) ^ 1);
+      pipeline::arrive_expect_tx(&ctl.raw_full[slot], kLoadBytes);
+      if constexpr (kPrepared) {
+        pipeline::tma_load_3d(smem + L::kRawOffset + slot * kLoadBytes, map_b, &ctl.raw_full[slot],
+                              0, load, static_cast<int>(n0 / 16));
+      } else {
+        pipeline::tma_load_2d(smem + L::kRawOffset + slot * kLoadBytes, map_b, &ctl.raw_full[slot],
+                              32 * load, static_cast<int>(n0));
+      }
     };
     // The first loads fly during the pre-pass (and are dropped if the tile is not foldable).
-    const int ahead = min(kRawStages, steps);
+    const int ahead = min(kRing, loads);
     if (c == 0)
       for (int s = 0; s < ahead; ++s) issue(raw_use + s, s);
 
     // Pre-pass: can this tile fold its scales into bf16 exactly?
     uint32_t lo4[2] = {0xFFFFFFFFu, 0xFFFFFFFFu}, hi4[2] = {0, 0};
     scan_scales(p.a, m0, p.m, kTileM, blocks, lo4[0], hi4[0]);
-    scan_scales(p.b, n0, p.n, kTileN, blocks, lo4[1], hi4[1]);
+    if constexpr (kPrepared) {
+      scan_prepared_scales(p.b, n0, p.n, kTileN / 16, p.k, lo4[1], hi4[1]);
+    } else {
+      scan_scales(p.b, n0, p.n, kTileN, blocks, lo4[1], hi4[1]);
+    }
 #pragma unroll
     for (int o = 0; o < 2; ++o) {
       const uint32_t lo = __reduce_min_sync(0xFFFFFFFFu, min_byte(lo4[o]));
@@ -292,53 +434,58 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
     }
     if (!foldable) {  // the consumers run the exact generic tiles; the raw stages are dropped
       for (int s = 0; s < ahead; ++s, ++raw_use) {
-        pipeline::wait(&ctl.raw_full[raw_use % kRawStages], (raw_use / kRawStages) & 1);
-        pipeline::arrive(&ctl.raw_empty[raw_use % kRawStages]);
+        pipeline::wait(&ctl.raw_full[raw_use % kRing], (raw_use / kRing) & 1);
+        pipeline::arrive(&ctl.raw_empty[raw_use % kRing]);
       }
       continue;
     }
 
-    // Raw block b = c + 128 j is half b % 2 of B row n0 + b / 2, stage row kTileM + b / 2. The
-    // scale byte of each block (block c % 2 of its row's K step); nullptr past N.
-    const uint8_t* scale_blocks[L::kBlocksPerThread];
-#pragma unroll
-    for (int j = 0; j < L::kBlocksPerThread; ++j) {
-      const int64_t row = n0 + (c + kWarpgroup * j) / 2;
-      scale_blocks[j] = row < p.n ? p.b.scale + row * p.b.scale_stride + c % 2 : nullptr;
-    }
-    auto load_scales = [&](int step, uint32_t(&out)[L::kBlocksPerThread]) {
-#pragma unroll
-      for (int j = 0; j < L::kBlocksPerThread; ++j)  // e = 0 on the zero-filled rows
-        out[j] = scale_blocks[j] != nullptr ? __ldg(scale_blocks[j] + 2 * step)
-                                            : static_cast<uint32_t>(centre[1]);
-    };
-    uint32_t scales_next[L::kBlocksPerThread];
-    load_scales(0, scales_next);
-    for (int step = 0; step < steps; ++step, ++raw_use, ++stage_use) {
-      const uint32_t raw_slot = raw_use % kRawStages;
-      pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
-      const uint8_t* raw = smem + L::kRawOffset + raw_slot * L::kRawBytes;
-      uint4 codes[L::kBlocksPerThread];
-      uint32_t scales[L::kBlocksPerThread];
+    if constexpr (kPrepared) {
+      convert_prepared<kTileN>(p, n0, centre[1], b_tables, issue, smem, ctl, raw_use, stage_use);
+    } else {
+      // Raw block b = c + 128 j is half b % 2 of B row n0 + b / 2, stage row kTileM + b / 2. The
+      // scale byte of each block (block c % 2 of its row's K step); nullptr past N.
+      const uint8_t* scale_blocks[L::kBlocksPerThread];
 #pragma unroll
       for (int j = 0; j < L::kBlocksPerThread; ++j) {
-        codes[j] = reinterpret_cast<const uint4*>(raw)[c + kWarpgroup * j];
-        scales[j] = scales_next[j];
+        const int64_t row = n0 + (c + kWarpgroup * j) / 2;
+        scale_blocks[j] = row < p.n ? p.b.scale + row * p.b.scale_stride + c % 2 : nullptr;
       }
-      pipeline::arrive(&ctl.raw_empty[raw_slot]);
-      if (step + 1 < steps) load_scales(step + 1, scales_next);
-      // Refill the slot of the previous step (read by the other warps by now, most likely).
-      if (c == 0 && step > 0 && step - 1 + kRawStages < steps)
-        issue(raw_use - 1 + kRawStages, step - 1 + kRawStages);
-
-      const uint32_t stage_slot = stage_use % L::kStages;
-      pipeline::wait(&ctl.empty[stage_slot], ((stage_use / L::kStages) & 1) ^ 1);
-      uint8_t* stage = smem + stage_slot * L::kStageBytes;
+      auto load_scales = [&](int step, uint32_t(&out)[L::kBlocksPerThread]) {
 #pragma unroll
-      for (int j = 0; j < L::kBlocksPerThread; ++j)
-        store_block(codes[j], b_tables[scales[j]], stage, kTileM + (c + kWarpgroup * j) / 2, c % 2);
-      wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
-      pipeline::arrive(&ctl.full[stage_slot]);
+        for (int j = 0; j < L::kBlocksPerThread; ++j)  // e = 0 on the zero-filled rows
+          out[j] = scale_blocks[j] != nullptr ? __ldg(scale_blocks[j] + 2 * step)
+                                              : static_cast<uint32_t>(centre[1]);
+      };
+      uint32_t scales_next[L::kBlocksPerThread];
+      load_scales(0, scales_next);
+      for (int step = 0; step < steps; ++step, ++raw_use, ++stage_use) {
+        const uint32_t raw_slot = raw_use % kRawStages;
+        pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
+        const uint8_t* raw = smem + L::kRawOffset + raw_slot * L::kRawBytes;
+        uint4 codes[L::kBlocksPerThread];
+        uint32_t scales[L::kBlocksPerThread];
+#pragma unroll
+        for (int j = 0; j < L::kBlocksPerThread; ++j) {
+          codes[j] = reinterpret_cast<const uint4*>(raw)[c + kWarpgroup * j];
+          scales[j] = scales_next[j];
+        }
+        pipeline::arrive(&ctl.raw_empty[raw_slot]);
+        if (step + 1 < steps) load_scales(step + 1, scales_next);
+        // Refill the slot of the previous step (read by the other warps by now, most likely).
+        if (c == 0 && step > 0 && step - 1 + kRawStages < steps)
+          issue(raw_use - 1 + kRawStages, step - 1 + kRawStages);
+
+        const uint32_t stage_slot = stage_use % L::kStages;
+        pipeline::wait(&ctl.empty[stage_slot], ((stage_use / L::kStages) & 1) ^ 1);
+        uint8_t* stage = smem + stage_slot * L::kStageBytes;
+#pragma unroll
+        for (int j = 0; j < L::kBlocksPerThread; ++j)
+          store_block(codes[j], b_tables[scales[j]], stage, kTileM + (c + kWarpgroup * j) / 2,
+                      c % 2);
+        wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
+        pipeline::arrive(&ctl.full[stage_slot]);
+      }
     }
   }
 }
@@ -498,7 +645,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < kWarpgroup) {
     pipeline::shrink_registers<kConverterRegisters>();
-    convert_tiles<kTileN>(p, &map_b, smem, ctl);
+    if (p.b.layout == A4W4_LAYOUT_PLAIN) {
+      convert_tiles<kTileN, false>(p, &map_b, smem, ctl);
+    } else {
+      convert_tiles<kTileN, true>(p, &map_b, smem, ctl);
+    }
   } else {
     pipeline::grow_registers<kConsumerRegisters>();
     consume_tiles<kTileN>(p, &map_a, smem, ctl, threadIdx.x / kWarpgroup - 1);
@@ -529,22 +680,41 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-// The packed E2M1 bytes of `rows` rows as a 2D uint8 tensor, loaded in boxes of one K step (32
-// bytes) by `box_rows` rows, unswizzled; rows past the end read as zeros.
-CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box_rows) {
+// An unswizzled tensor map of `rank` dimensions over `data`; boxes past the end read as zeros.
+CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const uint8_t* data,
+                       const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k / 2), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.stride_bytes)};
-  const cuuint32_t box[2] = {32, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode_tiled()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(op.data), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r =
+      encode_tiled()(&map, type, rank, const_cast<uint8_t*>(data), dims, strides, box,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     fail(A4W4_ERROR_DEVICE,
          "cuTensorMapEncodeTiled failed (" + std::to_string(r) + ") for a cuda.bf16 operand");
   return map;
+}
+
+// The packed E2M1 bytes of `rows` plain rows as a 2D uint8 tensor, loaded in boxes of one K step
+// (32 bytes) by `box_rows` rows; rows past the end read as zeros.
+CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box_rows) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k / 2), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.stride_bytes)};
+  const cuuint32_t box[2] = {32, static_cast<cuuint32_t>(box_rows)};
+  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, op.data, dims, strides, box);
+}
+
+// A prepared B (numerics/weight_layout.h) as a 3D tensor of 32-bit words: 256 words (one 16 x 128
+// tile), K tiles, 16-row groups; a box is one K tile of `box_rows` / 16 groups. Groups past the end
+// (rows past N rounded up to 16) read as zeros.
+CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k, int box_rows) {
+  const int64_t k_tiles = layout::k_tiles(k);
+  const cuuint64_t dims[3] = {layout::kTileBytes / 4, static_cast<cuuint64_t>(k_tiles),
+                              static_cast<cuuint64_t>(layout::row_groups(rows))};
+  const cuuint64_t strides[2] = {layout::kTileBytes,
+                                 static_cast<cuuint64_t>(k_tiles * layout::kTileBytes)};
+  const cuuint32_t box[3] = {layout::kTileBytes / 4, 1, static_cast<cuuint32_t>(box_rows / 16)};
+  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, op.data, dims, strides, box);
 }
 
 template <int kTileN>
@@ -556,7 +726,8 @@ void launch(const GemmProblem& p) {
                            static_cast<int>(L::kBytes)),
       "cudaFuncSetAttribute(gemm_bf16_kernel)");
   const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM / 2);  // per consumer warpgroup
-  const CUtensorMap map_b = packed_map(p.b, p.n, p.k, kTileN);
+  const CUtensorMap map_b = p.b.layout == A4W4_LAYOUT_PLAIN ? packed_map(p.b, p.n, p.k, kTileN)
+                                                            : prepared_map(p.b, p.n, p.k, kTileN);
   const int64_t tiles = (p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN);
   const int64_t grid = std::min<int64_t>(tiles, device_info(p.device.ordinal).sm_count);
   gemm_bf16_kernel<kTileN>
@@ -571,16 +742,22 @@ std::string gemm_bf16_why_not(const GemmProblem& p) {
   if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
   if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
   if (p.k % kStepK != 0) return "K must be a multiple of 64";
-  if (p.a.layout != A4W4_LAYOUT_PLAIN || p.b.layout != A4W4_LAYOUT_PLAIN)
-    return "plain A and B only (the prepared layout is the decode family's)";
+  if (p.a.layout != A4W4_LAYOUT_PLAIN)
+    return "a plain A only (the prepared layout is for the weight B)";
+  if (p.b.layout != A4W4_LAYOUT_PLAIN && p.b.layout != A4W4_LAYOUT_PREPARED_V1)
+    return "B must be plain or in A4W4_LAYOUT_PREPARED_V1";
   if (p.split_k > 1) return "no split-K";
   // TMA: 16-byte aligned base and row stride (at least a row, below 2^40), int32 coordinates.
   const auto aligned = [&](const PackedOperand& op) {
     return reinterpret_cast<uintptr_t>(op.data) % 16 == 0 && op.stride_bytes % 16 == 0 &&
            op.stride_bytes >= p.k / 2 && op.stride_bytes < (int64_t{1} << 40);
   };
-  if (!aligned(p.a) || !aligned(p.b))
+  if (!aligned(p.a) || (p.b.layout == A4W4_LAYOUT_PLAIN && !aligned(p.b)))
     return "A and B rows must start on 16 bytes, one after the other (TMA)";
+  // A prepared B is loaded as whole 1024-byte tiles (TMA) and its scales in 4- and 16-byte words.
+  if (p.b.layout != A4W4_LAYOUT_PLAIN && (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 ||
+                                          reinterpret_cast<uintptr_t>(p.b.scale) % 16 != 0))
+    return "a prepared B and its scales must start on 16 bytes (TMA)";
   constexpr int64_t kLimit = int64_t{1} << 31;
   if (p.m >= kLimit || p.n >= kLimit || p.k >= kLimit ||
       (p.m + 127) / 128 * ((p.n + 127) / 128) >= kLimit)

@@ -1,6 +1,6 @@
 // sm_90 asynchronous pipeline building blocks: shared-memory mbarriers (arrive, expect-tx, parity
-// waits), 2D TMA loads into shared memory that complete on an mbarrier, and named barriers for a
-// subset of the CTA's warps.
+// waits), 2D and 3D TMA loads into shared memory that complete on an mbarrier, and named barriers
+// for a subset of the CTA's warps.
 //
 // Phases: a barrier starts in phase 0; wait(parity) returns once the phase with that parity has
 // completed. A ring slot used for the i-th time (i = use / slots) is full after phase i, so a
@@ -60,6 +60,15 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
       "%4}], [%2];\n" ::"r"(smem(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+// The same for a 3D tensor map: the box at (x, y, z).
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                            int32_t x, int32_t y, int32_t z) {
+  A4W4_SM90_ASM(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+      "%4, %5}], [%2];\n" ::"r"(smem(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem(bar)), "r"(x), "r"(y), "r"(z)
       : "memory");
 }
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
