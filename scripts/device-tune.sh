@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Tunes the CUDA kernels on the GPU machine (the `device` tool), from the repo root, with the build
 # made here by scripts/device-build.sh (carried as build-carry/). For each preset, `a4w4 tune`
-# measures M <= 64 on a prepared B (how decode weights are deployed) and M >= 128 on a plain B (the
-# bf16 family reads plain B only), the two halves are joined into $OUT/h200-<preset>.csv (commit it
-# as tuned/), `a4w4 config check --strict` validates it, and `a4w4 bench --compare-heuristic` times
-# tuned against heuristic choices in one run, on the same layouts.
+# measures M <= 64 on a prepared B (how decode weights are deployed) and M >= 128 on a plain B (as
+# the shipped files were made; the bf16 kernels take both layouts with the same tiles), the two
+# halves are joined into $OUT/h200-<preset>.csv (commit it as tuned/), `a4w4 config check --strict`
+# validates it, and `a4w4 bench --compare-heuristic` times tuned against heuristic choices in one
+# run, on the same layouts.
 # Usage: bash scripts/device-tune.sh PRESET...
 set -uo pipefail
 cd "$(dirname "$0")/.."
