@@ -6,12 +6,12 @@
 // A raw stage is one 128-K tile of the prepared layout (numerics/weight_layout.h) for the tile's
 // rows: 16-row groups of 1024 bytes; the 16 bytes of lane (r8, p), half h8 hold piece p (elements
 // [8p, 8p + 8)) of blocks j = 0..3 of row r8 + 8 h8, one 4-byte word each. Converter thread c takes
-// rows 16 group + rig (i = 0 .. tile N / 128 - 1): group = 2 (c / 32 + 4 i) + (c % 32) / 16, and rig
-// from c % 16 in the order 0..3, 12..15, 4..11, so each quarter-warp holds rows r8 = 0..7, four of
-// each half h8. Its load q (0..3) reads piece p = q ^ g(r8 % 4), g = {0, 2, 3, 1}: g(x) and
-// g(x) ^ x are both permutations of 0..3, so a quarter-warp's 16-byte loads (bank group 2p + h8)
-// and its bf16 stores (chunk (4 half + p) ^ r8 of 128-byte swizzled rows) each hit 8 distinct
-// 16-byte bank groups.
+// rows 16 group + rig (i = 0 .. tile N / 128 - 1): group = 2 (c / 32 + 4 i) + (c % 32) / 16, and
+// rig from c % 16 in the order 0..3, 12..15, 4..11, so each quarter-warp holds rows r8 = 0..7, four
+// of each half h8. Its load q (0..3) reads piece p = q ^ g(r8 % 4), g = {0, 2, 3, 1}: g(x) and g(x)
+// ^ x are both permutations of 0..3, so a quarter-warp's 16-byte loads (bank group 2p + h8) and its
+// bf16 stores (chunk (4 half + p) ^ r8 of 128-byte swizzled rows) each hit 8 distinct 16-byte bank
+// groups.
 #pragma once
 
 #include <cstdint>
