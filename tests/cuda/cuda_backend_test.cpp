@@ -427,6 +427,9 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
   // rows), M past a consumer warpgroup's rows (130), and bases at the E8M0 extremes (each row
   // folds, but 2^(base - 127) or the products leave fp32's normal range: exact path).
   const GemmCase large[] = {
+      // N below the tile (TMA boxes past the end of B), K = 32 beside it.
+      {70, 17, 128, A4W4_DTYPE_F32, false, false, kFoldScales, false, 0, kernel, 0},
+      {65, 72, 32, A4W4_DTYPE_F32, true, true, kFoldScales, false, 0, kernel, 0},
       {1000, 2300, 1024, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, false, 0, kernel, 0},
       {2304, 2056, 256, A4W4_DTYPE_F32, false, true, kFoldScales, false, 0, kernel, 0},
       {2304, 2056, 256, A4W4_DTYPE_F32, false, true, kFoldMixedScales, false, 0, kernel, 0},
