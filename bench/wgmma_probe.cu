@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(128) wgmma_kernel(const uint8_t* a, const uint
 
 // The int8 family's MMA: A (64 x 128 s8) times B (128 x 128 s8)^T, a chain of 4 m64n128k32
 // wgmmas over one 128-byte swizzled row, int32 D (64 x 128) back in row-major order.
-__global__ void __launch_bounds__(128) wgmma_s8_n128_kernel(const int8_t* a, const int8_t* b,
-                                                            int32_t* d) {
+__global__ void __launch_bounds__(128)
+    wgmma_s8_n128_kernel(const int8_t* a, const int8_t* b, int32_t* d) {
   __shared__ __align__(1024) uint8_t sa[64 * 128];
   __shared__ __align__(1024) uint8_t sb[128 * 128];
   const int t = threadIdx.x;

@@ -72,9 +72,9 @@ constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are
 constexpr uint32_t kConverterBarrier = 1, kConsumerBarrier = 4;
 
 struct Control {
-  uint64_t raw_full[kRawStages];       // TMA landed (expect-tx)
-  uint64_t raw_empty[kRawStages];      // every converter has read the raw stage
-  uint64_t raw_a_full[2][kRawStages];  // each consumer warpgroup's A ring: TMA landed
+  uint64_t raw_full[kRawStages];           // TMA landed (expect-tx)
+  uint64_t raw_empty[kRawStages];          // every converter has read the raw stage
+  uint64_t raw_a_full[2][kRawStages];      // each consumer warpgroup's A ring: TMA landed
   uint64_t full[kStages], empty[kStages];  // converters -> consumers -> converters
   uint64_t info_full[2], info_empty[2];    // the tile's verdict, converters -> consumers
   int foldable[2];
@@ -247,10 +247,9 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
     scan_scales(p.b, n0, p.n, kTileN, steps, blocks, words_b, bad, lo[1], hi[1]);
     {
       const uint32_t any_bad = __reduce_or_sync(0xFFFFFFFFu, bad);
-      const uint32_t values[4] = {__reduce_min_sync(0xFFFFFFFFu, lo[0]),
-                                  __reduce_max_sync(0xFFFFFFFFu, hi[0]),
-                                  __reduce_min_sync(0xFFFFFFFFu, lo[1]),
-                                  __reduce_max_sync(0xFFFFFFFFu, hi[1])};
+      const uint32_t values[4] = {
+          __reduce_min_sync(0xFFFFFFFFu, lo[0]), __reduce_max_sync(0xFFFFFFFFu, hi[0]),
+          __reduce_min_sync(0xFFFFFFFFu, lo[1]), __reduce_max_sync(0xFFFFFFFFu, hi[1])};
       if (c % 32 == 0) {
         ctl.reduce[warp][0] = any_bad;
         for (int i = 0; i < 4; ++i) ctl.reduce[warp][1 + i] = values[i];
@@ -301,7 +300,8 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
     for (int step = 0; step < steps; ++step, ++raw_use, ++stage_use) {
       const uint32_t raw_slot = raw_use % kRawStages;
       pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
-      const uint4* raw = reinterpret_cast<const uint4*>(smem + L::kRawOffset + raw_slot * L::kRawBytes);
+      const uint4* raw =
+          reinterpret_cast<const uint4*>(smem + L::kRawOffset + raw_slot * L::kRawBytes);
       uint4 codes[4];
       uint32_t scales[4];
 #pragma unroll

@@ -44,8 +44,8 @@ inline CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const u
                      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    fail(A4W4_ERROR_DEVICE, "cuTensorMapEncodeTiled failed (" + std::to_string(r) + ") for a " +
-                                family + " operand");
+    fail(A4W4_ERROR_DEVICE,
+         "cuTensorMapEncodeTiled failed (" + std::to_string(r) + ") for a " + family + " operand");
   return map;
 }
 
