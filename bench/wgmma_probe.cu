@@ -2,7 +2,9 @@
 // that build on src/backends/cuda/wgmma.cuh:
 //  1. Layout check: D = A B^T through the 128-byte swizzled shared-memory descriptors and the
 //     accumulator fragment order, for bf16 (m64n8k16), e4m3 and s8 (m64n8k32), on small integers
-//     whose products and sums every path represents exactly. Any mismatch fails the program.
+//     whose products and sums every path represents exactly. Any mismatch fails the program. Also
+//     s8 m64n128k32 (the int8 family's MMA, gemm_int8.cu) on the operands it sees: folded values
+//     2 * E2M1 * 2^d, d in [0, 3] (|v| <= 96), 4 wgmmas of a 128-K tile summed exactly in int32.
 //  2. Accumulation: how many bits of a sum the fp8 and bf16 wgmma keep. A big product 2^E sits in
 //     the accumulator (from a first wgmma, or inside the same one) and small products 2^(E - s) are
 //     added; the largest s for which the small part survives exactly is the bits kept below the
@@ -56,6 +58,74 @@ __global__ void __launch_bounds__(128) wgmma_kernel(const uint8_t* a, const uint
     const int row = 16 * w + g + (i >= 2 ? 8 : 0), col = 2 * q + (i & 1);
     d[row * kRowsB + col] = kKind == Kind::kS8 ? static_cast<float>(iacc[i]) : acc[i];
   }
+}
+
+// The int8 family's MMA: A (64 x 128 s8) times B (128 x 128 s8)^T, a chain of 4 m64n128k32
+// wgmmas over one 128-byte swizzled row, int32 D (64 x 128) back in row-major order.
+__global__ void __launch_bounds__(128)
+    wgmma_s8_n128_kernel(const int8_t* a, const int8_t* b, int32_t* d) {
+  __shared__ __align__(1024) uint8_t sa[64 * 128];
+  __shared__ __align__(1024) uint8_t sb[128 * 128];
+  const int t = threadIdx.x;
+  for (int i = t; i < 64 * 128; i += 128)
+    sa[wg::swizzled_offset(i / 128, i % 128)] = static_cast<uint8_t>(a[i]);
+  for (int i = t; i < 128 * 128; i += 128)
+    sb[wg::swizzled_offset(i / 128, i % 128)] = static_cast<uint8_t>(b[i]);
+  wg::fence_shared_for_async();
+  __syncthreads();
+  int32_t acc[64];
+  wg::fence();
+  for (int step = 0; step < kSteps; ++step)
+    wg::mma_s8_m64n128k32(acc, wg::descriptor(wg::shared_address(sa) + 32 * step),
+                          wg::descriptor(wg::shared_address(sb) + 32 * step), step > 0);
+  wg::commit();
+  wg::wait<0>();
+  wg::fence_operands(acc);
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  for (int j = 0; j < 16; ++j)
+    for (int i = 0; i < 4; ++i)
+      d[(16 * w + g + (i >= 2 ? 8 : 0)) * 128 + 8 * j + 2 * q + (i & 1)] = acc[4 * j + i];
+}
+
+// Random folded operands (2 * E2M1 * 2^d: {0, 1, 2, 3, 4, 6, 8, 12} * 2^d, either sign; seed 0:
+// all +-96, the largest sums) through wgmma_s8_n128_kernel, compared exactly.
+bool check_s8_n128(uint32_t seed) {
+  std::vector<int8_t> a(64 * 128), b(128 * 128);
+  uint32_t x = seed;
+  auto next = [&] {
+    if (seed == 0) return static_cast<int8_t>(96);
+    x = x * 1664525u + 1013904223u;
+    static const int kMagnitudes[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    const int v = kMagnitudes[(x >> 16) % 8] << ((x >> 20) % 4);
+    return static_cast<int8_t>((x >> 24) % 2 ? -v : v);
+  };
+  for (auto& v : a) v = next();
+  for (auto& v : b) v = next();
+  int8_t *ga = nullptr, *gb = nullptr;
+  int32_t* gd = nullptr;
+  std::vector<int32_t> d(64 * 128);
+  bool ok = cudaMalloc(&ga, a.size()) == cudaSuccess && cudaMalloc(&gb, b.size()) == cudaSuccess &&
+            cudaMalloc(&gd, d.size() * 4) == cudaSuccess &&
+            cudaMemcpy(ga, a.data(), a.size(), cudaMemcpyHostToDevice) == cudaSuccess &&
+            cudaMemcpy(gb, b.data(), b.size(), cudaMemcpyHostToDevice) == cudaSuccess;
+  if (ok) {
+    wgmma_s8_n128_kernel<<<1, 128>>>(ga, gb, gd);
+    ok = cudaDeviceSynchronize() == cudaSuccess &&
+         cudaMemcpy(d.data(), gd, d.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
+  }
+  if (!ok) std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
+  cudaFree(ga), cudaFree(gb), cudaFree(gd);
+  if (!ok) return false;
+  int bad = 0;
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 128; ++n) {
+      int64_t ref = 0;
+      for (int k = 0; k < 128; ++k) ref += int64_t{a[m * 128 + k]} * b[n * 128 + k];
+      bad += d[m * 128 + n] != ref;
+    }
+  std::printf("layout %-14s %s (%d of %d entries wrong; seed %u)\n", "s8 m64n128k32",
+              bad ? "FAIL" : "ok", bad, 64 * 128, seed);
+  return bad == 0;
 }
 
 uint16_t bf16_bits(float f) {
@@ -194,6 +264,7 @@ int main() {
     ok = check_layout<Kind::kE4m3>(seed) && ok;
     ok = check_layout<Kind::kS8>(seed) && ok;
   }
+  for (uint32_t seed : {0u, 1u, 2u}) ok = check_s8_n128(seed) && ok;
   if (ok) {
     for (bool same : {true, false}) {
       probe_bits<Kind::kE4m3>(6, 1, same);

@@ -53,6 +53,15 @@ constexpr std::array kGemmKernels = {
                "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
                "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x128},
+    // The int8 wgmma family (exact: folded int8 tile sums, fp32 promotion per 128-K tile) is a draft
+    // not yet run on a GPU: speed 0.25 keeps its score below cuda.generic's for every shape (the
+    // generic 64x64 tiles fill and spread at least as well, at speed 1), so the heuristic never picks
+    // it; it runs only when asked for by name (tests, the tuner). Path fp8: the 8-bit tensor cores.
+    GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1, false,
+               false, 65, 0, 0.25,
+               "sm_90a; plain A and B with 16-byte aligned rows (TMA); K % 32 == 0 (a partial last "
+               "128-K tile is zero-filled); M, N, K < 2^31",
+               cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},
     GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_GENERIC, 64, 64, 32, 0, false,
                false, 1, 0, 1.0, "sm_80 or newer; M up to 65535 * 64", cuda::gemm_generic_why_not,
                cuda::gemm_generic},

@@ -72,7 +72,15 @@ struct Packed {
 // 2% of blocks 5 higher: mostly the folded fast path, mixed with the exact one).
 // Mixed: tile-local, except rows 256..383 (one 128-row tile), which are wide: a kernel with tiles
 // of 128 rows sees foldable and exact tiles in one launch.
-enum ScaleKind { kNarrowScales = 0, kWideScales = 1, kTileLocalScales = 2, kMixedScales = 3 };
+enum ScaleKind { kNarrowScales = 0, kWideScales = 1, kTileLocalScales = 2, kMixedScales = 3,
+                 // For the int8 family (cuda.int8_*), whose fold window is 4 binades per row and
+                 // 128-K tile and which sends tiles with a NaN scale to the exact generic code:
+                 // kFoldScales: per-row base 100..150 plus 0..3 per block, no NaN (every tile
+                 // folds); kFoldMixedScales: the same, but the rows of tile row 2 (r / 128 == 2)
+                 // take any scale and a few NaN (their tiles take the exact path, the others
+                 // fold); kExtremeFoldScales: folding rows whose bases sit at the E8M0 extremes
+                 // (0..3 or 248..251, alternating by 128-row tile), so fp32's range check fails.
+                 kFoldScales = 4, kFoldMixedScales = 5, kExtremeFoldScales = 6 };
 
 // Random codes (all 16) and scales of `kind`, with a few NaN scales.
 Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad, int kind,
@@ -83,11 +91,18 @@ Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad,
   for (auto& byte : p.data) byte = static_cast<uint8_t>(rng());
   std::uniform_int_distribution<int> narrow(117, 137), any(0, 254), base(100, 150), near(0, 3);
   std::uniform_real_distribution<double> unit(0, 1);
+  if (kind >= kFoldScales) nan_fraction = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
-    const int row_base = base(rng);
+    const int row_base =
+        kind == kExtremeFoldScales ? (r / 128 % 2 == 0 ? 0 : 248) + near(rng) : base(rng);
     for (int64_t j = 0; j < p.scale_stride; ++j) {
       uint8_t& s = p.scales[static_cast<size_t>(r * p.scale_stride + j)];
-      if (kind == kWideScales || (kind == kMixedScales && r / 128 == 2)) {
+      if (kind == kFoldScales || kind == kExtremeFoldScales ||
+          (kind == kFoldMixedScales && r / 128 != 2)) {
+        s = static_cast<uint8_t>(row_base + near(rng));
+      } else if (kind == kFoldMixedScales) {
+        s = static_cast<uint8_t>(unit(rng) < 0.01 ? 0xFF : any(rng));
+      } else if (kind == kWideScales || (kind == kMixedScales && r / 128 == 2)) {
         s = static_cast<uint8_t>(any(rng));
       } else if (kind == kTileLocalScales || kind == kMixedScales) {
         s = static_cast<uint8_t>(row_base + near(rng) + (unit(rng) < 0.02 ? 5 : 0));
@@ -382,6 +397,51 @@ TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {
       run_case(ctx_, rng_, c);
       if (HasFatalFailure()) return;
     }
+  }
+}
+
+TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
+  // cuda.int8_128x128 (a draft family: it runs only when asked for by name). kFoldScales take the
+  // folded int8 path (every tile folds); kNarrowScales and kWideScales (spreads over 4 binades,
+  // and a few NaN scales) the exact generic tiles; ragged M and N, K not a multiple of 128 (32 and
+  // 96: one partial K tile; 320: a partial last one; scale rows of 1 or 3 bytes, read bytewise),
+  // every output dtype.
+  const char* kernel = "cuda.int8_128x128";
+  const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
+  int v = 0;
+  // The smallest cases first, so a failure names the simplest one.
+  for (int64_t k : {128, 32, 96, 256, 320, 1024})
+    for (int64_t m : {65, 128, 257})
+      for (int64_t n : {128, 200, 456})
+        for (int scales : {kFoldScales, kNarrowScales, kWideScales}) {
+          if (scales != kFoldScales && (m + n + k + scales) % 2 != 0) continue;  // keeps it quick
+          run_case(ctx_, rng_,
+                   GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0, kernel,
+                            0});
+          ++v;
+          if (HasFatalFailure()) return;
+        }
+  // Persistent loops: more tiles than SMs (144 tiles for 1000 x 2300, 306 for 2304 x 2056), folded
+  // and exact tiles mixed in one CTA's sequence (kFoldMixedScales, with NaN in the exact ones),
+  // long K (many turns of the rings), padded rows (TMA row stride beyond the row; 20-byte scale
+  // rows), M past a consumer warpgroup's rows (130), and bases at the E8M0 extremes (each row
+  // folds, but 2^(base - 127) or the products leave fp32's normal range: exact path).
+  const GemmCase large[] = {
+      // N below the tile (TMA boxes past the end of B), K = 32 beside it.
+      {70, 17, 128, A4W4_DTYPE_F32, false, false, kFoldScales, false, 0, kernel, 0},
+      {65, 72, 32, A4W4_DTYPE_F32, true, true, kFoldScales, false, 0, kernel, 0},
+      {1000, 2300, 1024, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, false, 0, kernel, 0},
+      {2304, 2056, 256, A4W4_DTYPE_F32, false, true, kFoldScales, false, 0, kernel, 0},
+      {2304, 2056, 256, A4W4_DTYPE_F32, false, true, kFoldMixedScales, false, 0, kernel, 0},
+      {300, 520, 4096, A4W4_DTYPE_F16, true, false, kFoldScales, false, 0, kernel, 0},
+      {200, 136, 512, A4W4_DTYPE_F32, true, true, kFoldScales, false, 0, kernel, 32},
+      {130, 456, 320, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, false, 0, kernel, 0},
+      {256, 256, 512, A4W4_DTYPE_F32, false, false, kExtremeFoldScales, false, 0, kernel, 0},
+      {384, 640, 1056, A4W4_DTYPE_F32, true, true, kFoldMixedScales, false, 0, kernel, 16},
+  };
+  for (const GemmCase& c : large) {
+    run_case(ctx_, rng_, c);
+    if (HasFatalFailure()) return;
   }
 }
 

@@ -44,6 +44,7 @@
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/generic_tile.cuh"
 #include "backends/cuda/pipeline.cuh"
+#include "backends/cuda/tensor_map.h"
 #include "backends/cuda/wgmma.cuh"
 #include "numerics/weight_layout.h"
 
@@ -660,48 +661,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// cuTensorMapEncodeTiled from the driver the runtime uses (the library does not link libcuda).
-EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                cudaEnableDefault, &found),
-               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-    if (found != cudaDriverEntryPointSuccess || f == nullptr)
-      fail(A4W4_ERROR_DEVICE, "the CUDA driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
-// An unswizzled tensor map of `rank` dimensions over `data`; boxes past the end read as zeros.
-CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const uint8_t* data,
-                       const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
-  CUtensorMap map;
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r =
-      encode_tiled()(&map, type, rank, const_cast<uint8_t*>(data), dims, strides, box,
-                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    fail(A4W4_ERROR_DEVICE,
-         "cuTensorMapEncodeTiled failed (" + std::to_string(r) + ") for a cuda.bf16 operand");
-  return map;
-}
-
-// The packed E2M1 bytes of `rows` plain rows as a 2D uint8 tensor, loaded in boxes of one K step
-// (32 bytes) by `box_rows` rows; rows past the end read as zeros.
+// The packed E2M1 bytes of `rows` plain rows, loaded in boxes of one K step (32 bytes) by
+// `box_rows` rows; rows past the end read as zeros.
 CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box_rows) {
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k / 2), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.stride_bytes)};
-  const cuuint32_t box[2] = {32, static_cast<cuuint32_t>(box_rows)};
-  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, op.data, dims, strides, box);
+  return tma::packed_map(op, rows, k, 32, box_rows, "cuda.bf16");
 }
 
 // A prepared B (numerics/weight_layout.h) as a 3D tensor of 32-bit words: 256 words (one 16 x 128
@@ -714,7 +677,8 @@ CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k, int b
   const cuuint64_t strides[2] = {layout::kTileBytes,
                                  static_cast<cuuint64_t>(k_tiles * layout::kTileBytes)};
   const cuuint32_t box[3] = {layout::kTileBytes / 4, 1, static_cast<cuuint32_t>(box_rows / 16)};
-  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, op.data, dims, strides, box);
+  return tma::tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, op.data, dims, strides, box,
+                         "cuda.bf16");
 }
 
 template <int kTileN>

@@ -36,6 +36,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
+#include "backends/cuda/int8_fold.cuh"
 #include "numerics/weight_layout.h"
 
 // The sm_80 device pass compiles only the kernel's stub (this family needs sm_90 clusters), which
@@ -68,10 +69,10 @@ constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
 template <int kGroupCount>
 constexpr int kSlotBytes = (1024 + 64) * kGroupCount;
 
-// Largest per-block shift folded into the int8 operands (see above).
-constexpr uint32_t kMaxShift = 3;
-// PRMT tables: byte i is 2 * |E2M1 code i| for codes 0..7.
-constexpr uint32_t kMagnitudesLo = 0x03020100u, kMagnitudesHi = 0x0C080604u;
+// The folding helpers (kMaxShift, the magnitude tables, fold_row, tile_sum_to_float,
+// fp32_accumulation_safe) are shared with the int8 wgmma family: int8_fold.cuh.
+using fold::fold_row, fold::FoldedRow, fold::fp32_accumulation_safe, fold::kMagnitudesHi,
+    fold::kMagnitudesLo, fold::kMaxShift, fold::tile_sum_to_float;
 
 // Activation staging, per number of 8-row activation tiles: a chunk of K tiles is converted once
 // per CTA (fewer tiles per chunk for large M keeps two CTAs per SM). Each warp converts whole
@@ -163,25 +164,9 @@ struct WeightBlock {
   return w;
 }
 
-// An int32 tile sum as fp32 without the quarter-rate I2F: |x| < 2^22 (a tile sum is at most
-// 128 * 96 * 96 < 2^21) added to 1.5 * 2^23 lands exactly on an integer of that binade.
-__device__ __forceinline__ float tile_sum_to_float(int32_t a, int32_t b) {
-  return __int_as_float(0x4B400000 + a + b) - 12582912.0f;
-}
-
 // Word j of four (a compile-time j after unrolling).
 __device__ __forceinline__ uint32_t word(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
-// Whether the tile sums of a warp can be scaled and accumulated in fp32 without leaving its normal
-// range: 2^(ea - 127) and 2^(eb - 129) normal, the smallest nonzero term 2^(ea + eb - 256) at least
-// 2^-126, and 2^24 tiles of the largest (|sum| < 2^20.2) below 2^127.
-[[maybe_unused]] __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo,
-                                                                        uint32_t a_hi,
-                                                                        uint32_t b_lo,
-                                                                        uint32_t b_hi) {
-  return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
 }
 
 // The activation blocks this thread converts in one chunk, held in registers between their loads
@@ -421,22 +406,6 @@ struct WeightSource {
   for (int j = 0; j < 4; ++j)
     selector |= static_cast<uint32_t>(j >= first && j < last ? j : first) << (4 * j);
   return selector;
-}
-
-// A weight row's K tile folded relative to its smallest scale: the per-block shifts (one per
-// byte) and whether they all fit kMaxShift with no NaN (0xFF) block.
-struct FoldedRow {
-  uint32_t base, shifts;
-  bool ok;
-};
-[[maybe_unused]] __device__ __forceinline__ FoldedRow fold_row(uint32_t scales) {
-  const uint32_t s0 = scales & 0xFFu, s1 = (scales >> 8) & 0xFFu, s2 = (scales >> 16) & 0xFFu,
-                 s3 = scales >> 24;
-  FoldedRow row;
-  row.base = min(min(s0, s1), min(s2, s3));
-  row.shifts = scales - row.base * 0x01010101u;  // no borrows: every byte >= base
-  row.ok = (row.shifts & 0xFCFCFCFCu) == 0 && row.base <= 0xFFu - 1 - kMaxShift;
-  return row;
 }
 
 // The exact path for one 8-row activation tile: block by block with unshifted weights, the exact

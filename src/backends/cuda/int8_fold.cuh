@@ -1,0 +1,56 @@
+// Folding MX block scales into int8 tensor-core operands, shared by the decode family
+// (gemm_decode.cu, mma.sync) and the int8 wgmma family (gemm_int8.cu).
+//
+// 2 * E2M1 is an integer in [-12, 12]. Inside one K tile of 128 (4 blocks of 32) a row's blocks are
+// shifted by d = scale - base, base = the row's smallest scale in the tile; when every d <= 3,
+// |2 * E2M1 * 2^d| <= 96 fits int8, so one chain of int8 MMAs sums the whole tile exactly in int32
+// (|sum| <= 128 * 96 * 96 < 2^21). The tile sum is then scaled once by 2^(base_a + base_b - 256)
+// (the 1/4 undoes the doubling of both operands) and accumulated in fp32: exact products when the
+// factors and the products stay in fp32's normal range (fp32_accumulation_safe). Tiles with a
+// wider spread, a NaN scale (0xFF) or outside that range take an exact slower path.
+#pragma once
+
+#include <cstdint>
+
+namespace a4w4::cuda::fold {
+
+// Largest per-block shift folded into the int8 operands.
+inline constexpr uint32_t kMaxShift = 3;
+// PRMT tables: byte i is 2 * |E2M1 code i| for codes 0..7.
+inline constexpr uint32_t kMagnitudesLo = 0x03020100u, kMagnitudesHi = 0x0C080604u;
+
+// A row's K tile (its 4 scale bytes, block j in byte j) folded relative to its smallest scale: the
+// per-block shifts (one per byte) and whether they all fit kMaxShift with no NaN (0xFF) block.
+struct FoldedRow {
+  uint32_t base, shifts;
+  bool ok;
+};
+[[maybe_unused]] __device__ __forceinline__ FoldedRow fold_row(uint32_t scales) {
+  const uint32_t s0 = scales & 0xFFu, s1 = (scales >> 8) & 0xFFu, s2 = (scales >> 16) & 0xFFu,
+                 s3 = scales >> 24;
+  FoldedRow row;
+  row.base = min(min(s0, s1), min(s2, s3));
+  row.shifts = scales - row.base * 0x01010101u;  // no borrows: every byte >= base
+  row.ok = (row.shifts & 0xFCFCFCFCu) == 0 && row.base <= 0xFFu - 1 - kMaxShift;
+  return row;
+}
+
+// An int32 tile sum (or the sum of two) as fp32 without the quarter-rate I2F: |x| < 2^22 (a tile
+// sum is at most 128 * 96 * 96 < 2^21) added to 1.5 * 2^23 lands exactly on an integer of that
+// binade.
+[[maybe_unused]] __device__ __forceinline__ float tile_sum_to_float(int32_t a, int32_t b = 0) {
+  return __int_as_float(0x4B400000 + a + b) - 12582912.0f;
+}
+
+// Whether tile sums can be scaled and accumulated in fp32 without leaving its normal range, given
+// the smallest and largest base exponents of A (lo, hi) and B: 2^(ea - 127) and 2^(eb - 129)
+// normal, the smallest nonzero term 2^(ea + eb - 256) at least 2^-126, and 2^24 tiles of the
+// largest (|sum| < 2^20.2) below 2^127.
+[[maybe_unused]] __device__ __forceinline__ bool fp32_accumulation_safe(uint32_t a_lo,
+                                                                        uint32_t a_hi,
+                                                                        uint32_t b_lo,
+                                                                        uint32_t b_hi) {
+  return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
+}
+
+}  // namespace a4w4::cuda::fold

@@ -1,0 +1,63 @@
+// Host-side TMA tensor maps for the sm_90a kernel families (gemm_bf16.cu, gemm_int8.cu):
+// cuTensorMapEncodeTiled from the driver the runtime uses (the library does not link libcuda) and
+// unswizzled maps over packed operands, whose boxes past the end read as zeros.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+#include "api/error.h"
+#include "backends/cuda/cuda_utils.h"
+#include "dispatch/problem.h"
+
+namespace a4w4::cuda::tma {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &found),
+               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (found != cudaDriverEntryPointSuccess || f == nullptr)
+      fail(A4W4_ERROR_DEVICE, "the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// An unswizzled tensor map of `rank` dimensions over `data`; boxes past the end read as zeros.
+// `family` names the kernel family in the error message.
+inline CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const uint8_t* data,
+                              const cuuint64_t* dims, const cuuint64_t* strides,
+                              const cuuint32_t* box, const char* family) {
+  CUtensorMap map;
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r =
+      encode_tiled()(&map, type, rank, const_cast<uint8_t*>(data), dims, strides, box,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fail(A4W4_ERROR_DEVICE,
+         "cuTensorMapEncodeTiled failed (" + std::to_string(r) + ") for a " + family + " operand");
+  return map;
+}
+
+// The packed E2M1 bytes of `rows` plain rows as a 2D uint8 tensor, loaded in boxes of
+// `box_bytes` bytes of K (2 values each) by `box_rows` rows; rows and bytes past the end read as
+// zeros.
+inline CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box_bytes,
+                              int box_rows, const char* family) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k / 2), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.stride_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes), static_cast<cuuint32_t>(box_rows)};
+  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, op.data, dims, strides, box, family);
+}
+
+}  // namespace a4w4::cuda::tma
