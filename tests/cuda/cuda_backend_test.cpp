@@ -437,7 +437,7 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
       {200, 136, 512, A4W4_DTYPE_F32, true, true, kFoldScales, false, 0, kernel, 32},
       {130, 456, 320, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, false, 0, kernel, 0},
       {256, 256, 512, A4W4_DTYPE_F32, false, false, kExtremeFoldScales, false, 0, kernel, 0},
-      {384, 640, 1056, A4W4_DTYPE_F32, true, true, kFoldMixedScales, false, 0, kernel, 16},
+      {384, 640, 1056, A4W4_DTYPE_F32, true, true, kFoldMixedScales, false, 0, kernel, 32},
   };
   for (const GemmCase& c : large) {
     run_case(ctx_, rng_, c);
