@@ -53,10 +53,11 @@ constexpr std::array kGemmKernels = {
                "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
                "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x128},
-    // The int8 wgmma family (exact: folded int8 tile sums, fp32 promotion per 128-K tile) is a draft
-    // not yet run on a GPU: speed 0.25 keeps its score below cuda.generic's for every shape (the
-    // generic 64x64 tiles fill and spread at least as well, at speed 1), so the heuristic never picks
-    // it; it runs only when asked for by name (tests, the tuner). Path fp8: the 8-bit tensor cores.
+    // The int8 wgmma family (exact: folded int8 tile sums, fp32 promotion per 128-K tile) runs at
+    // about the bf16 family's rate on foldable scales (H200), but one (row, 128-K tile) spreading
+    // over more than 3 binades sends its whole tile to the exact generic code, which real data can
+    // trigger often: speed 0.25 keeps its score below cuda.generic's for every shape, so it runs
+    // only when asked for by name (tests, the tuner). Path fp8: the 8-bit tensor cores.
     GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1, false,
                false, 65, 0, 0.25,
                "sm_90a; plain A and B with 16-byte aligned rows (TMA); K % 32 == 0 (a partial last "
