@@ -1,6 +1,6 @@
 // Device-side building blocks shared by the CUDA kernel families: E2M1 -> int8 conversion, the
-// exact int8 tensor-core MMA, block scales as doubles, and the GEMM epilogue (alpha, beta * C, bias,
-// one rounding to the output dtype).
+// exact int8 tensor-core MMA, block scales as doubles, and the GEMM epilogue (alpha, beta * C,
+// bias, one rounding to the output dtype).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +12,20 @@
 #include "numerics/float_formats.h"
 
 namespace a4w4::cuda {
+
+// Byte permute (PRMT) with its sign mode, which __byte_perm leaves out: a selector nibble with bit
+// 3 set yields 0x00 or 0xFF by the sign of the selected byte. Only the low 16 bits of `selector`
+// count.
+__device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(selector));
+  return out;
+}
+
+// Component j (0..3) of v (a compile-time j once inlined).
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
 
 // Four E2M1 codes (nibble i of the low 16 bits is element i) -> four int8 holding 2 * value.
 // Two byte-permutes look the magnitude up in a positive and a negative table; a third picks,
@@ -55,7 +69,8 @@ __device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], const uint32_t (
 // of 1024 that is the fp16 1024 + u, and one exact subtraction of 1036 leaves 2 * value.
 __device__ __forceinline__ uint2 e2m1x4_to_f16x4(uint32_t codes) {
   const uint32_t index = codes & 0x7777u;
-  const uint32_t positive = __byte_perm(0x0F0E0D0Cu, 0x18141210u, index);  // 12 + {0 1 2 3 4 6 8 12}
+  const uint32_t positive =
+      __byte_perm(0x0F0E0D0Cu, 0x18141210u, index);  // 12 + {0 1 2 3 4 6 8 12}
   const uint32_t negative = __byte_perm(0x090A0B0Cu, 0x00040608u, index);  // 12 - the same
   const uint32_t biased = __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));
   const __half2 bias = __halves2half2(__ushort_as_half(0x640Cu), __ushort_as_half(0x640Cu));

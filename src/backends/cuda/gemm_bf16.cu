@@ -1,7 +1,8 @@
 // The bf16 tensor-core family for large M: a persistent, warp-specialised sm_90a kernel.
 //
-// A CTA loops over 128 x kTileN tiles of D with three warpgroups (kTileN = 256 or 128: two registered
-// kernels, cuda.bf16_128x256 and cuda.bf16_128x128, which the dispatcher chooses between):
+// A CTA loops over 128 x kTileN tiles of D with three warpgroups (kTileN = 256 or 128: two
+// registered kernels, cuda.bf16_128x256 and cuda.bf16_128x128, which the dispatcher chooses
+// between):
 // - the converter warpgroup: its thread 0 keeps a 4-deep ring of raw stages (the packed E2M1
 //   bytes of a K step of 64 of the tile's B rows) filled by TMA; all 128 threads turn each raw
 //   stage into bf16 with the block scales folded into the exponents (PRMT tables, one per scale
@@ -43,16 +44,12 @@
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/generic_tile.cuh"
+#include "backends/cuda/persistent_tiles.cuh"
 #include "backends/cuda/pipeline.cuh"
+#include "backends/cuda/sm90_family.cuh"
 #include "backends/cuda/tensor_map.h"
 #include "backends/cuda/wgmma.cuh"
 #include "numerics/weight_layout.h"
-
-// The sm_80 device pass compiles only the kernels' stubs (this family is sm_90a code), which leaves
-// the helpers below unreferenced there: silence "declared but never referenced" in that pass only.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#pragma nv_diag_suppress 177
-#endif
 
 namespace a4w4::cuda {
 namespace {
@@ -94,9 +91,9 @@ struct Control {
 
 template <int kTileN>
 struct Layout {
-  static constexpr int kRows = kTileM + kTileN;          // A rows, then B rows, in every stage
-  static constexpr int kStageBytes = kRows * 128;        // 64 bf16 per row, swizzled
-  static constexpr int kRawBytes = kTileN * 32;          // B's raw stage: 64 E2M1 per row
+  static constexpr int kRows = kTileM + kTileN;    // A rows, then B rows, in every stage
+  static constexpr int kStageBytes = kRows * 128;  // 64 bf16 per row, swizzled
+  static constexpr int kRawBytes = kTileN * 32;    // B's raw stage: 64 E2M1 per row
   // A prepared B's raw stage: one 128-K tile of the prepared layout (16-row groups of 1024 bytes)
   // for two K steps; its ring takes the plain ring's bytes (2 stages: the same 4 steps ahead).
   static constexpr int kPreparedRawBytes = kTileN * 64;
@@ -137,12 +134,6 @@ __device__ __forceinline__ uint4 bf16_table(int e, bool nan) {
   return make_uint4((((x0 << 7) & 0x80808080u) | kMant0) & 0xFFFFFF00u,  // code 0 is +0
                     ((x1 << 7) & 0x80808080u) | kMant1, ((x0 >> 1) & 0x7F7F7F7Fu) & 0xFFFFFF00u,
                     (x1 >> 1) & 0x7F7F7F7Fu);
-}
-
-__device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
-  uint32_t out;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(selector));
-  return out;
 }
 
 // Four E2M1 magnitudes (the low 16 bits of `index`, PRMT reads no more) with their signs (bit 7 of
@@ -244,28 +235,6 @@ __device__ __forceinline__ uint32_t max_byte(uint32_t x) {
   return max(max(x & 0xFFu, (x >> 8) & 0xFFu), max((x >> 16) & 0xFFu, x >> 24));
 }
 
-// Tile t of the persistent loop: groups of kGroupM tile rows, walked column by column.
-template <int kTileN>
-__device__ __forceinline__ void tile_origin(const GemmProblem& p, int t, int64_t& m0, int64_t& n0) {
-  const int tiles_m = static_cast<int>((p.m + kTileM - 1) / kTileM);
-  const int tiles_n = static_cast<int>((p.n + kTileN - 1) / kTileN);
-  const int per_group = kGroupM * tiles_n;
-  const int first_m = t / per_group * kGroupM, in_group = t % per_group;
-  const int group_m = min(kGroupM, tiles_m - first_m);
-  m0 = int64_t{first_m + in_group % group_m} * kTileM;
-  n0 = int64_t{in_group / group_m} * kTileN;
-}
-
-template <int kTileN>
-__device__ __forceinline__ int tile_count(const GemmProblem& p) {
-  return static_cast<int>((p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN));
-}
-
-// Component j (0..3) of v (j a constant once inlined).
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
 // A prepared B's steps of the tile at n0 (foldable; B's tables built), by the 128 converter
 // threads. A raw stage holds one 128-K tile of the prepared layout for the tile's kTileN rows
 // (16-row groups of 1024 bytes). A K step of 64 uses blocks 0, 1 or 2, 3: words 0, 1 or 2, 3 of
@@ -362,11 +331,12 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
   const int steps = static_cast<int>(p.k / kStepK), blocks = static_cast<int>(p.k / 32);
   const int k_tiles = static_cast<int>(layout::k_tiles(p.k));
   const int loads = kPrepared ? k_tiles : steps;  // raw stages per tile of D
-  uint32_t raw_use = 0, stage_use = 0;  // uses of the rings so far: slot and phase
+  uint32_t raw_use = 0, stage_use = 0;            // uses of the rings so far: slot and phase
   int local = 0;
-  for (int tile = blockIdx.x; tile < tile_count<kTileN>(p); tile += gridDim.x, ++local) {
+  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p);
+       tile += gridDim.x, ++local) {
     int64_t m0, n0;
-    tile_origin<kTileN>(p, tile, m0, n0);
+    persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     // Raw stage `load` (a K step, or a prepared B's K tile) into the slot of ring use `use`, once
     // every converter has read the slot's previous contents.
     auto issue = [&](uint32_t use, int load) {
@@ -491,16 +461,6 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
   }
 }
 
-// The exact generic code for a 64x64 tile, by consumer warpgroup wg (named barrier 2 + wg).
-__device__ __forceinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
-                                                int thread, generic::TileSmem* tiles, int wg) {
-  if (wg == 0) {
-    generic::tile<2>(p, m0, n0, thread, tiles[0]);
-  } else {
-    generic::tile<3>(p, m0, n0, thread, tiles[1]);
-  }
-}
-
 // A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile).
 template <int kTileN>
 __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, uint8_t* smem,
@@ -516,9 +476,10 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
   uint32_t use = 0;
   int local = 0;
   float acc[L::kAcc];
-  for (int tile = blockIdx.x; tile < tile_count<kTileN>(p); tile += gridDim.x, ++local) {
+  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p);
+       tile += gridDim.x, ++local) {
     int64_t m0, n0;
-    tile_origin<kTileN>(p, tile, m0, n0);
+    persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     const int64_t rows0 = m0 + 64 * wg;
     const int slot = local % 2;
     pipeline::wait(&ctl.info_full[slot], (local / 2) & 1);
@@ -527,7 +488,7 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
       pipeline::arrive(&ctl.info_empty[slot]);
       if (rows0 >= p.m) continue;
       for (int64_t q0 = n0; q0 < n0 + kTileN && q0 < p.n; q0 += generic::kTile)
-        generic_quarter(p, rows0, q0, thread, generic_tiles, wg);
+        persistent::generic_quarter(p, rows0, q0, thread, generic_tiles, wg);
       continue;
     }
 
@@ -692,8 +653,8 @@ void launch(const GemmProblem& p) {
   const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM / 2);  // per consumer warpgroup
   const CUtensorMap map_b = p.b.layout == A4W4_LAYOUT_PLAIN ? packed_map(p.b, p.n, p.k, kTileN)
                                                             : prepared_map(p.b, p.n, p.k, kTileN);
-  const int64_t tiles = (p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN);
-  const int64_t grid = std::min<int64_t>(tiles, device_info(p.device.ordinal).sm_count);
+  const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
+                                         device_info(p.device.ordinal).sm_count);
   gemm_bf16_kernel<kTileN>
       <<<static_cast<unsigned>(grid), kThreads, L::kBytes, static_cast<cudaStream_t>(p.stream)>>>(
           p, map_a, map_b);

@@ -37,13 +37,8 @@
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/int8_fold.cuh"
+#include "backends/cuda/sm90_family.cuh"
 #include "numerics/weight_layout.h"
-
-// The sm_80 device pass compiles only the kernel's stub (this family needs sm_90 clusters), which
-// leaves the helpers below unreferenced there: silence "declared but never referenced" in that pass.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#pragma nv_diag_suppress 177
-#endif
 
 namespace a4w4::cuda {
 namespace {
@@ -91,7 +86,7 @@ struct ChunkShape {
 template <int kNTiles>
 constexpr int kPairsPerWarp = ChunkShape<kNTiles>::kPairs / kWarps;
 
-[[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 // Copies `bytes` (4 or 16) from global to shared memory asynchronously; src_bytes = 0 zero-fills.
@@ -106,7 +101,7 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, bool pres
                  "l"(src), "r"(src_bytes));
   }
 }
-[[maybe_unused]] __device__ __forceinline__ void commit_copies() {
+__device__ __forceinline__ void commit_copies() {
   asm volatile("cp.async.commit_group;\n");
 }
 template <int kPending>
@@ -114,18 +109,9 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Byte permute with the sign mode on: a selector nibble with bit 3 set yields 0x00 or 0xFF by the
-// sign of the selected byte (0x00 for every table here). Only the low 16 bits of `selector` count.
-[[maybe_unused]] __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi,
-                                                             uint32_t selector) {
-  uint32_t out;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(selector));
-  return out;
-}
-
 // D (4 x int32) += A (16x32 uint8, row) * B (32x8 int8, col), exact.
-[[maybe_unused]] __device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4],
-                                                          uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -142,31 +128,23 @@ __device__ __forceinline__ void wait_copies() {
 struct WeightBlock {
   uint32_t positive[4], negative[4];
 };
-[[maybe_unused]] __device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo,
-                                                           uint32_t table_hi, uint32_t& pos_first,
-                                                           uint32_t& pos_second,
-                                                           uint32_t& neg_first,
-                                                           uint32_t& neg_second) {
+__device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo, uint32_t table_hi,
+                                          uint32_t& pos_first, uint32_t& pos_second,
+                                          uint32_t& neg_first, uint32_t& neg_second) {
   const uint32_t flipped = codes ^ 0x88888888u;
   pos_first = permute(table_lo, table_hi, codes);
   pos_second = permute(table_lo, table_hi, codes >> 16);
   neg_first = permute(table_lo, table_hi, flipped);
   neg_second = permute(table_lo, table_hi, flipped >> 16);
 }
-[[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h,
-                                                                     uint32_t shift_g,
-                                                                     uint32_t shift_h) {
+__device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h,
+                                                    uint32_t shift_g, uint32_t shift_h) {
   WeightBlock w;
   split_row(row_g, kMagnitudesLo << shift_g, kMagnitudesHi << shift_g, w.positive[0], w.positive[2],
             w.negative[0], w.negative[2]);
   split_row(row_h, kMagnitudesLo << shift_h, kMagnitudesHi << shift_h, w.positive[1], w.positive[3],
             w.negative[1], w.negative[3]);
   return w;
-}
-
-// Word j of four (a compile-time j after unrolling).
-__device__ __forceinline__ uint32_t word(const uint4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
 // The activation blocks this thread converts in one chunk, held in registers between their loads
@@ -230,10 +208,9 @@ struct Stage {
 };
 
 // Four E2M1 codes (low 16 bits) -> four int8 2 * value * 2^shift and their negations.
-[[maybe_unused]] __device__ __forceinline__ void signed_values(uint32_t codes, uint32_t pos_lo,
-                                                               uint32_t pos_hi, uint32_t neg_lo,
-                                                               uint32_t neg_hi, uint32_t& value,
-                                                               uint32_t& negated) {
+__device__ __forceinline__ void signed_values(uint32_t codes, uint32_t pos_lo, uint32_t pos_hi,
+                                              uint32_t neg_lo, uint32_t neg_hi, uint32_t& value,
+                                              uint32_t& negated) {
   const uint32_t index = codes & 0x7777u;
   const uint32_t positive = permute(pos_lo, pos_hi, index);
   const uint32_t negative = permute(neg_lo, neg_hi, index);
@@ -296,7 +273,7 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
 }
 
 // Offset of lane L's half h (row g + 8h) of row group `group` inside a slot.
-[[maybe_unused]] __device__ __forceinline__ int half_offset(int group, int lane, int h) {
+__device__ __forceinline__ int half_offset(int group, int lane, int h) {
   return group * 1024 + lane * 32 + 16 * (h ^ ((lane >> 2) & 1));
 }
 
@@ -391,8 +368,8 @@ struct WeightSource {
         copy_async<16>(slot + scale_offset[c],
                        scales[c] + (scale_present[c] ? size_t(tile) * 64 : 0), scale_present[c]);
       } else {
-        copy_async<4>(slot + scale_offset[c],
-                      scales[c] + (scale_present[c] ? size_t(tile) * 4 : 0), scale_present[c]);
+        copy_async<4>(slot + scale_offset[c], scales[c] + (scale_present[c] ? size_t(tile) * 4 : 0),
+                      scale_present[c]);
       }
     }
   }
@@ -400,7 +377,7 @@ struct WeightSource {
 
 // Selector that replaces the bytes of blocks outside [first, last) by block `first`'s, so they
 // do not count in a row's scale range.
-[[maybe_unused]] __device__ __forceinline__ uint32_t valid_block_selector(int first, int last) {
+__device__ __forceinline__ uint32_t valid_block_selector(int first, int last) {
   uint32_t selector = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j)
@@ -549,7 +526,7 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
     WeightBlock block[kGroupCount];
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
-      block[group] = weight_block(word(w0[group], j), word(w1[group], j),
+      block[group] = weight_block(word_of(w0[group], j), word_of(w1[group], j),
                                   permute(rows[group][0].shifts, 0, 0x4440u | j),
                                   permute(rows[group][1].shifts, 0, 0x4440u | j));
     }
@@ -557,8 +534,8 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
     for (int nt = 0; nt < kNTiles; ++nt) {
       if (nt >= n_tiles_used) break;  // uniform
       // Lane (g, t) supplies MMA column g: activation row nt * 8 + g.
-      const uint4 v = *reinterpret_cast<const uint4*>(
-          act.values + (nt * 8 + g) * Shape::kRowBytes + (tile_in_chunk * 4 + j) * 64 + 16 * t);
+      const uint4 v = *reinterpret_cast<const uint4*>(act.values + (nt * 8 + g) * Shape::kRowBytes +
+                                                      (tile_in_chunk * 4 + j) * 64 + 16 * t);
       // Two independent MMA chains (even and odd blocks) halve the dependent latency.
 #pragma unroll
       for (int group = 0; group < kGroupCount; ++group) {
@@ -570,8 +547,8 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
     if (nt >= n_tiles_used) break;  // uniform
-    const float2 fa =
-        *reinterpret_cast<const float2*>(act.factor + tile_in_chunk * Shape::kRows + nt * 8 + 2 * t);
+    const float2 fa = *reinterpret_cast<const float2*>(act.factor + tile_in_chunk * Shape::kRows +
+                                                       nt * 8 + 2 * t);
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
       // 2^(base - 129) per weight row; the extra 1/4 undoes the doubling of both operands.
@@ -580,9 +557,8 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
       // Accumulator i: weight row g (+8 for i >= 2), activation row nt * 8 + 2t + (i & 1).
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        fast[group][nt][i] =
-            fmaf(tile_sum_to_float(sum[group][nt][0][i], sum[group][nt][1][i]),
-                 (i & 1 ? fa.y : fa.x) * fb[i >> 1], fast[group][nt][i]);
+        fast[group][nt][i] = fmaf(tile_sum_to_float(sum[group][nt][0][i], sum[group][nt][1][i]),
+                                  (i & 1 ? fa.y : fa.x) * fb[i >> 1], fast[group][nt][i]);
     }
   }
   return true;

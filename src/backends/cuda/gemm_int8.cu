@@ -44,15 +44,11 @@
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/generic_tile.cuh"
 #include "backends/cuda/int8_fold.cuh"
+#include "backends/cuda/persistent_tiles.cuh"
 #include "backends/cuda/pipeline.cuh"
+#include "backends/cuda/sm90_family.cuh"
 #include "backends/cuda/tensor_map.h"
 #include "backends/cuda/wgmma.cuh"
-
-// The sm_80 device pass compiles only the kernel's stub (this family is sm_90a code), which leaves
-// the helpers below unreferenced there: silence "declared but never referenced" in that pass only.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#pragma nv_diag_suppress 177
-#endif
 
 namespace a4w4::cuda {
 namespace {
@@ -98,12 +94,6 @@ struct Layout {
   static constexpr int kAcc = kTileN / 2;  // accumulators per thread and set
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0);
 };
-
-__device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t selector) {
-  uint32_t out;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(selector));
-  return out;
-}
 
 // The PRMT tables of one block folded with shift d (0..3): 2 * |E2M1| * 2^d for codes 0..7 (pos)
 // and their negations as int8 (neg; code 0 stays 0, so -0 gives 0). Every shifted magnitude is at
@@ -198,21 +188,6 @@ __device__ void scan_scales(const PackedOperand& op, int64_t row0, int64_t rows,
   }
 }
 
-// Tile t of the persistent loop: groups of kGroupM tile rows, walked column by column.
-__device__ __forceinline__ void tile_origin(const GemmProblem& p, int t, int64_t& m0, int64_t& n0) {
-  const int tiles_m = static_cast<int>((p.m + kTileM - 1) / kTileM);
-  const int tiles_n = static_cast<int>((p.n + kTileN - 1) / kTileN);
-  const int per_group = kGroupM * tiles_n;
-  const int first_m = t / per_group * kGroupM, in_group = t % per_group;
-  const int group_m = min(kGroupM, tiles_m - first_m);
-  m0 = int64_t{first_m + in_group % group_m} * kTileM;
-  n0 = int64_t{in_group / group_m} * kTileN;
-}
-
-__device__ __forceinline__ int tile_count(const GemmProblem& p) {
-  return static_cast<int>((p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN));
-}
-
 __device__ __forceinline__ bool scale_words(const PackedOperand& op) {
   return reinterpret_cast<uintptr_t>(op.scale) % 4 == 0 && op.scale_stride % 4 == 0;
 }
@@ -228,9 +203,10 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
   float* factors = reinterpret_cast<float*>(smem + L::kFactorOffset);
   uint32_t raw_use = 0, stage_use = 0;  // uses of the rings so far: slot and phase
   int local = 0;
-  for (int tile = blockIdx.x; tile < tile_count(p); tile += gridDim.x, ++local) {
+  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p);
+       tile += gridDim.x, ++local) {
     int64_t m0, n0;
-    tile_origin(p, tile, m0, n0);
+    persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     // Raw stage `step` into the slot of ring use `use`, once every converter has read the slot's
     // previous contents.
     auto issue = [&](uint32_t use, int step) {
@@ -336,16 +312,6 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
   }
 }
 
-// The exact generic code for a 64x64 tile, by consumer warpgroup wg (named barrier 2 + wg).
-__device__ __forceinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
-                                                int thread, generic::TileSmem* tiles, int wg) {
-  if (wg == 0) {
-    generic::tile<2>(p, m0, n0, thread, tiles[0]);
-  } else {
-    generic::tile<3>(p, m0, n0, thread, tiles[1]);
-  }
-}
-
 // acc += sum * 2^(ea - 127) * 2^(eb - 129) for this thread's accumulators of one step (the
 // factors beside its stage): the factor product and the term are exact (the pre-pass keeps them in
 // fp32's normal range), the add rounds once. The int32 -> fp32 conversion (exact: |sum| < 2^21)
@@ -394,9 +360,10 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
   int local = 0;
   float acc[L::kAcc];
   int32_t sums[L::kAcc];
-  for (int tile = blockIdx.x; tile < tile_count(p); tile += gridDim.x, ++local) {
+  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p);
+       tile += gridDim.x, ++local) {
     int64_t m0, n0;
-    tile_origin(p, tile, m0, n0);
+    persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     const int64_t rows0 = m0 + 64 * wg;
     const int slot = local % 2;
     pipeline::wait(&ctl.info_full[slot], (local / 2) & 1);
@@ -405,7 +372,7 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
     if (!foldable) {  // exact generic tiles, 64x64 each
       if (rows0 >= p.m) continue;
       for (int64_t q0 = n0; q0 < n0 + kTileN && q0 < p.n; q0 += generic::kTile)
-        generic_quarter(p, rows0, q0, thread, generic_tiles, wg);
+        persistent::generic_quarter(p, rows0, q0, thread, generic_tiles, wg);
       continue;
     }
 
@@ -557,8 +524,8 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   // Boxes of one K step (64 packed bytes): 64 A rows per consumer warpgroup, the tile's B rows.
   const CUtensorMap map_a = tma::packed_map(p.a, p.m, p.k, 64, 64, "cuda.int8");
   const CUtensorMap map_b = tma::packed_map(p.b, p.n, p.k, 64, kTileN, "cuda.int8");
-  const int64_t tiles = (p.m + kTileM - 1) / kTileM * ((p.n + kTileN - 1) / kTileN);
-  const int64_t grid = std::min<int64_t>(tiles, device_info(p.device.ordinal).sm_count);
+  const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
+                                         device_info(p.device.ordinal).sm_count);
   gemm_int8_kernel<<<static_cast<unsigned>(grid), kThreads, L::kBytes,
                      static_cast<cudaStream_t>(p.stream)>>>(p, map_a, map_b);
   check_launch("gemm_int8_kernel");

@@ -1,0 +1,47 @@
+// The persistent tile loop shared by the sm_90a warp-specialised families (gemm_bf16.cu,
+// gemm_int8.cu): one CTA per SM walks the tiles of D in groups of kGroupM tile rows, column by
+// column, so consecutive CTAs share B tiles in L2; tiles whose scales cannot be folded run the
+// generic kernel's exact tile code, a 64 x 64 quarter at a time per consumer warpgroup.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/generic_tile.cuh"
+#include "dispatch/problem.h"
+
+namespace a4w4::cuda::persistent {
+
+// Tiles of kTileM x kTileN covering an m x n D.
+template <int kTileM, int kTileN>
+__host__ __device__ __forceinline__ int64_t tiles(int64_t m, int64_t n) {
+  return (m + kTileM - 1) / kTileM * ((n + kTileN - 1) / kTileN);
+}
+
+template <int kTileM, int kTileN>
+__device__ __forceinline__ int tile_count(const GemmProblem& p) {
+  return static_cast<int>(tiles<kTileM, kTileN>(p.m, p.n));
+}
+
+// The origin (m0, n0) of tile t of the loop.
+template <int kTileM, int kTileN, int kGroupM>
+__device__ __forceinline__ void tile_origin(const GemmProblem& p, int t, int64_t& m0, int64_t& n0) {
+  const int tiles_m = static_cast<int>((p.m + kTileM - 1) / kTileM);
+  const int tiles_n = static_cast<int>((p.n + kTileN - 1) / kTileN);
+  const int per_group = kGroupM * tiles_n;
+  const int first_m = t / per_group * kGroupM, in_group = t % per_group;
+  const int group_m = min(kGroupM, tiles_m - first_m);
+  m0 = int64_t{first_m + in_group % group_m} * kTileM;
+  n0 = int64_t{in_group / group_m} * kTileN;
+}
+
+// The exact generic code for a 64x64 tile, by consumer warpgroup wg (named barrier 2 + wg).
+__device__ __forceinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
+                                                int thread, generic::TileSmem* tiles, int wg) {
+  if (wg == 0) {
+    generic::tile<2>(p, m0, n0, thread, tiles[0]);
+  } else {
+    generic::tile<3>(p, m0, n0, thread, tiles[1]);
+  }
+}
+
+}  // namespace a4w4::cuda::persistent
