@@ -169,16 +169,8 @@ a4w4_tensor describe_prepared(const InArray& arr, const char* name, a4w4_dtype d
   if (!contiguous)
     raise_status(A4W4_ERROR_UNSUPPORTED_LAYOUT,
                  std::string(name) + ": a prepared buffer must be contiguous");
-  a4w4_tensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = const_cast<void*>(arr.data());
-  t.dtype = dtype;
-  t.rank = 2;
-  t.shape[0] = rows;
-  t.shape[1] = cols;
-  t.strides[0] = cols;
-  t.strides[1] = 1;
-  t.device = device_of(arr, name);
+  a4w4_tensor t =
+      a4w4_tensor_2d(const_cast<void*>(arr.data()), dtype, rows, cols, cols, device_of(arr, name));
   t.layout = A4W4_LAYOUT_PREPARED_V1;
   return t;
 }
