@@ -500,16 +500,9 @@ std::string gemm_int8_why_not(const GemmProblem& p) {
   if (p.a.layout != A4W4_LAYOUT_PLAIN || p.b.layout != A4W4_LAYOUT_PLAIN)
     return "plain A and B only (no prepared B yet)";
   if (p.split_k > 1) return "no split-K";
-  // TMA: 16-byte aligned base and row stride (at least a row, below 2^40), int32 coordinates.
-  const auto aligned = [&](const PackedOperand& op) {
-    return reinterpret_cast<uintptr_t>(op.data) % 16 == 0 && op.stride_bytes % 16 == 0 &&
-           op.stride_bytes >= p.k / 2 && op.stride_bytes < (int64_t{1} << 40);
-  };
-  if (!aligned(p.a) || !aligned(p.b))
+  if (!tma::rows_loadable(p.a, p.k) || !tma::rows_loadable(p.b, p.k))
     return "A and B rows must start on 16 bytes, one after the other (TMA)";
-  constexpr int64_t kLimit = int64_t{1} << 31;
-  if (p.m >= kLimit || p.n >= kLimit || p.k >= kLimit ||
-      (p.m + 127) / 128 * ((p.n + 127) / 128) >= kLimit)
+  if (!tma::sizes_fit(p))
     return "M, N and K must be below 2^31 and the 128x128 tiles fewer than 2^31";
   return {};
 }

@@ -60,4 +60,19 @@ inline CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, 
   return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, op.data, dims, strides, box, family);
 }
 
+// Whether TMA can load a plain packed operand's rows: 16-byte aligned base and row stride, the
+// stride at least a row (K / 2 bytes) and below 2^40.
+inline bool rows_loadable(const PackedOperand& op, int64_t k) {
+  return reinterpret_cast<uintptr_t>(op.data) % 16 == 0 && op.stride_bytes % 16 == 0 &&
+         op.stride_bytes >= k / 2 && op.stride_bytes < (int64_t{1} << 40);
+}
+
+// Whether M, N and K fit TMA's int32 coordinates and the 128 x 128 tiles of a persistent loop an
+// int tile index.
+inline bool sizes_fit(const GemmProblem& p) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  return p.m < kLimit && p.n < kLimit && p.k < kLimit &&
+         (p.m + 127) / 128 * ((p.n + 127) / 128) < kLimit;
+}
+
 }  // namespace a4w4::cuda::tma
