@@ -36,6 +36,11 @@ constexpr std::array kGemmKernels = {
                0, 1.0, "none (the exact reference, the oracle of the tests and the tuner)",
                always_applicable, cpu::reference_gemm},
 #if A4W4_WITH_CUDA
+    // M <= 4 on a plain B: sizes its own grid (cluster over K chunks, column tiles to fill the
+    // SMs), so no tile_n; tile_m 4 makes its fill M / 4 against cuda.decode's M / 8.
+    GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 1, false, false,
+               1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows", cuda::gemm_gemv_why_not,
+               cuda::gemm_gemv},
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
                1, 64, 4.0,
                "sm_90; prepared B 16-byte aligned, or plain B with 16-byte aligned rows, "
@@ -43,13 +48,13 @@ constexpr std::array kGemmKernels = {
                cuda::gemm_decode_why_not, cuda::gemm_decode},
     // Wide tiles convert fewer A rows per MMA (faster when the tiles fill the GPU); narrow ones
     // leave fewer SMs idle on small problems. The heuristic weighs speed by tile fill and waves.
-    GemmKernel{"cuda.bf16_128x256", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 256, 64, 1, false,
-               false, 65, 0, 16.0,
+    GemmKernel{"cuda.bf16_128x256", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 256, 64, 1,
+               false, false, 65, 0, 16.0,
                "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
                "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x256},
-    GemmKernel{"cuda.bf16_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 128, 64, 1, false,
-               false, 65, 0, 14.0,
+    GemmKernel{"cuda.bf16_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 128, 64, 1,
+               false, false, 65, 0, 14.0,
                "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
                "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x128},
@@ -58,8 +63,8 @@ constexpr std::array kGemmKernels = {
     // over more than 3 binades sends its whole tile to the exact generic code, which real data can
     // trigger often: speed 0.25 keeps its score below cuda.generic's for every shape, so it runs
     // only when asked for by name (tests, the tuner). Path fp8: the 8-bit tensor cores.
-    GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1, false,
-               false, 65, 0, 0.25,
+    GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
+               false, false, 65, 0, 0.25,
                "sm_90a; plain A and B with 16-byte aligned rows (TMA); K % 32 == 0 (a partial last "
                "128-K tile is zero-filled); M, N, K < 2^31",
                cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},

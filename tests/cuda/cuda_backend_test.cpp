@@ -72,15 +72,22 @@ struct Packed {
 // 2% of blocks 5 higher: mostly the folded fast path, mixed with the exact one).
 // Mixed: tile-local, except rows 256..383 (one 128-row tile), which are wide: a kernel with tiles
 // of 128 rows sees foldable and exact tiles in one launch.
-enum ScaleKind { kNarrowScales = 0, kWideScales = 1, kTileLocalScales = 2, kMixedScales = 3,
-                 // For the int8 family (cuda.int8_*), whose fold window is 4 binades per row and
-                 // 128-K tile and which sends tiles with a NaN scale to the exact generic code:
-                 // kFoldScales: per-row base 100..150 plus 0..3 per block, no NaN (every tile
-                 // folds); kFoldMixedScales: the same, but the rows of tile row 2 (r / 128 == 2)
-                 // take any scale and a few NaN (their tiles take the exact path, the others
-                 // fold); kExtremeFoldScales: folding rows whose bases sit at the E8M0 extremes
-                 // (0..3 or 248..251, alternating by 128-row tile), so fp32's range check fails.
-                 kFoldScales = 4, kFoldMixedScales = 5, kExtremeFoldScales = 6 };
+enum ScaleKind {
+  kNarrowScales = 0,
+  kWideScales = 1,
+  kTileLocalScales = 2,
+  kMixedScales = 3,
+  // For the int8 family (cuda.int8_*), whose fold window is 4 binades per row and
+  // 128-K tile and which sends tiles with a NaN scale to the exact generic code:
+  // kFoldScales: per-row base 100..150 plus 0..3 per block, no NaN (every tile
+  // folds); kFoldMixedScales: the same, but the rows of tile row 2 (r / 128 == 2)
+  // take any scale and a few NaN (their tiles take the exact path, the others
+  // fold); kExtremeFoldScales: folding rows whose bases sit at the E8M0 extremes
+  // (0..3 or 248..251, alternating by 128-row tile), so fp32's range check fails.
+  kFoldScales = 4,
+  kFoldMixedScales = 5,
+  kExtremeFoldScales = 6
+};
 
 // Random codes (all 16) and scales of `kind`, with a few NaN scales.
 Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad, int kind,
@@ -152,6 +159,7 @@ struct GemmCase {
   int split_k;
   const char* kernel;  // nullptr: dispatch
   int64_t pad;         // extra elements per row of every operand (strided operands)
+  int64_t a_pad = 0;   // more extra elements per row of A alone (2: A rows off 16-byte alignment)
 };
 
 std::string describe(const GemmCase& c) {
@@ -159,7 +167,8 @@ std::string describe(const GemmCase& c) {
          " out=" + a4w4_dtype_name(c.out) + " C=" + std::to_string(c.with_c) +
          " bias=" + std::to_string(c.with_bias) + " scales=" + std::to_string(c.scales) +
          " prepared=" + std::to_string(c.prepared) + " split=" + std::to_string(c.split_k) +
-         " kernel=" + (c.kernel ? c.kernel : "auto") + " pad=" + std::to_string(c.pad);
+         " kernel=" + (c.kernel ? c.kernel : "auto") + " pad=" + std::to_string(c.pad) +
+         " a_pad=" + std::to_string(c.a_pad);
 }
 
 // Runs one case on the GPU and on the CPU reference (same split_k) and compares bitwise, or, with
@@ -168,7 +177,7 @@ std::string describe(const GemmCase& c) {
 void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   SCOPED_TRACE(describe(c));
   const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
-  const Packed a = random_packed(rng, c.m, c.k, c.pad, c.scales, 0.002);
+  const Packed a = random_packed(rng, c.m, c.k, c.pad + c.a_pad, c.scales, 0.002);
   const Packed b = random_packed(rng, c.n, c.k, c.pad, c.scales, 0.002);
   const int64_t d_stride = c.n + c.pad;
   std::uniform_real_distribution<float> value(-4, 4);
@@ -244,9 +253,9 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
 
   // Compare element by element (padding columns must be untouched too). cuda.generic adds the
   // same double partials in the same order as the reference: with an explicit split_k its output
-  // must match bit for bit. cuda.decode and the bf16 family accumulate in fp32 where the scales allow
-  // (docs/ semantics.md: fp32 or better), so it is held to the contract's tolerance for the output
-  // dtype.
+  // must match bit for bit. cuda.decode and the bf16 family accumulate in fp32 where the scales
+  // allow (docs/ semantics.md: fp32 or better), so it is held to the contract's tolerance for the
+  // output dtype.
   const bool generic = std::string(choice.kernel) == "cuda.generic";
   const bool bitwise = c.split_k != 0 && generic;
   const double tolerance =
@@ -343,6 +352,25 @@ TEST_F(CudaBackend, EveryKernelOnStridedAndPreparedOperands) {
   }
 }
 
+TEST_F(CudaBackend, GemvMatchesTheReference) {
+  // cuda.gemv: M = 1..4; K from one block to past 32 chunks of 32 blocks (warps then loop over
+  // chunks); ragged N; narrow and tile-local scales (fp32 partials) and wide ones with NaN (the
+  // exact double recomputation of a column group); every epilogue and output dtype; strided
+  // operands and activation rows off 16-byte alignment.
+  const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
+  int v = 0;
+  for (int64_t m : {1, 2, 3, 4})
+    for (int64_t k : {32, 96, 1024, 4160, 33792})
+      for (int scales : {kNarrowScales, kWideScales, kTileLocalScales}) {
+        const int64_t n = k > 8192 ? 21 : (v % 2 == 0 ? 1007 : 200);
+        GemmCase c{m,      n,     k, outs[v % 3], v % 2 == 0,          v % 3 != 1,
+                   scales, false, 0, "cuda.gemv", v % 4 == 0 ? 32 : 0, v % 5 == 0 ? 2 : 0};
+        run_case(ctx_, rng_, c);
+        if (HasFatalFailure()) return;
+        ++v;
+      }
+}
+
 TEST_F(CudaBackend, DecodeShapesOfRealModels) {
   // Llama-3-70B-like projections at decode sizes (smaller N and K keep the CPU reference quick).
   for (int64_t m : {1, 4, 16, 32, 64})
@@ -377,8 +405,8 @@ TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {
           for (int scales : {kTileLocalScales, kNarrowScales, kWideScales}) {
             if ((m + n + k + scales) % 2 != 0) continue;  // half of the grid keeps it quick
             run_case(ctx_, rng_,
-                     GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0, kernel,
-                              0});
+                     GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0,
+                              kernel, 0});
             ++v;
             if (HasFatalFailure()) return;
           }
@@ -415,9 +443,9 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
       for (int64_t n : {128, 200, 456})
         for (int scales : {kFoldScales, kNarrowScales, kWideScales}) {
           if (scales != kFoldScales && (m + n + k + scales) % 2 != 0) continue;  // keeps it quick
-          run_case(ctx_, rng_,
-                   GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0, kernel,
-                            0});
+          run_case(
+              ctx_, rng_,
+              GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0, kernel, 0});
           ++v;
           if (HasFatalFailure()) return;
         }

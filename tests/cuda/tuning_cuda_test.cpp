@@ -142,11 +142,14 @@ TEST_F(CudaTuning, DeviceKeyMatchesTheDescription) {
   EXPECT_NE(std::string(text).find(std::to_string(sm_count_) + " SMs"), std::string::npos) << text;
 }
 
-TEST_F(CudaTuning, HeuristicPicksDecodeForSmallMAndTensorCoresOrGenericOtherwise) {
+TEST_F(CudaTuning, HeuristicPicksGemvDecodeTensorCoresOrGeneric) {
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   a4w4_gemm_choice c{};
-  const GpuProblem small(16, 512, 1024, 1), large(256, 512, 1024, 2);
+  const GpuProblem tiny(3, 512, 1024, 5), small(16, 512, 1024, 1), large(256, 512, 1024, 2);
+  ASSERT_EQ(tiny.choose(ctx_, &c), A4W4_SUCCESS);  // M <= 4 on a plain B
+  EXPECT_STREQ(c.kernel, major >= 9 ? "cuda.gemv" : "cuda.generic");
+  EXPECT_EQ(c.split_k, 0);
   ASSERT_EQ(small.choose(ctx_, &c), A4W4_SUCCESS);
   EXPECT_EQ(c.source, A4W4_CHOICE_HEURISTIC);
   EXPECT_STREQ(c.kernel, major >= 9 ? "cuda.decode" : "cuda.generic");

@@ -31,5 +31,8 @@ std::string gemm_generic_why_not(const GemmProblem& problem);
 void gemm_generic(const GemmProblem& problem, const ExecConfig& exec);
 std::string gemm_decode_why_not(const GemmProblem& problem);
 void gemm_decode(const GemmProblem& problem, const ExecConfig& exec);
+// The GEMV family for M <= 4 on a plain B (gemm_gemv.cu), sm_90: dp4a block sums.
+std::string gemm_gemv_why_not(const GemmProblem& problem);
+void gemm_gemv(const GemmProblem& problem, const ExecConfig& exec);
 
 }  // namespace a4w4::cuda

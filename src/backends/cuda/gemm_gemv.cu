@@ -1,0 +1,399 @@
+// The GEMV family (M <= 4, plain B): streams the FP4 weight B once, each lane owning whole 32-wide
+// blocks, and sums every block exactly with integer dot products (dp4a) — no tensor cores, no
+// shared-memory staging of B. sm_90 (thread-block clusters reduce the K chunks).
+//
+// Why not the decode kernel's int8 MMAs at M <= 4: an MMA's fragments scatter every lane over
+// several rows and blocks, so every 8 weights need their own scale bookkeeping; here a lane reads
+// one block of one weight row as a single 16-byte load (a warp reads 512 contiguous bytes of a
+// row), its dot product is a few dp4a, and the block scale is applied once to the block's sum.
+//
+// Weights: a byte permute (PRMT) looks four E2M1 codes up in a table of doubled magnitudes
+// {0,1,2,3,4,6,8,12}; its sign mode gives 0 for the negative codes, so one PRMT yields the positive
+// part w+ of four weights and one on the codes with flipped sign bits the negative part w-. For
+// M = 1 both parts are dotted with the activations (two dp4a); for M >= 2 they are first merged
+// into signed bytes (two integer ops), so each activation row costs one dp4a per four weights.
+//
+// Exactness: a block's sum of doubled products (|sum| <= 32 * 144) is an exact int32; it becomes
+// a float exactly (magic-number conversion) and is scaled by 2^(sa + sb - 256), built from the
+// exponent bits, then added to an fp32 accumulator (the contract's "fp32 or better"). A lane
+// tracks the smallest and largest weight scale it saw; a column group whose scales (with the
+// activation scales of the chunk) could leave fp32's normal range or hold a NaN is recomputed by
+// the same warp with double accumulators and exact block scales (rare; never a wrong answer).
+//
+// Work split: K is cut into chunks of 32 blocks (one per lane). Each warp owns one chunk (or,
+// beyond 32 chunks, several), converts its activations once, and streams the chunk's blocks of
+// every column of its CTA's column tile, 8 columns at a time (8 loads in flight per lane). The
+// 4 warps of a CTA and the CTAs of a thread-block cluster (up to 8) cover the chunks of one column
+// tile; the sums are added in a fixed order (warps, then cluster ranks through distributed shared
+// memory), so results do not depend on timing.
+#include <cooperative_groups.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_utils.h"
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/int8_fold.cuh"
+#include "backends/cuda/sm90_family.cuh"
+
+namespace a4w4::cuda {
+namespace {
+
+constexpr int kMaxWarps = 4;
+constexpr int kThreads = kMaxWarps * 32;
+constexpr int kGroupColumns = 8;    // columns streamed at once by a warp
+constexpr int kMaxGroups = 8;       // column groups per column tile (tile <= 64 columns)
+constexpr int kChunkBlocks = 32;    // one block per lane
+constexpr int kMaxClusterCtas = 8;  // portable cluster size
+constexpr int64_t kGemvMaxM = 4;
+
+// How a launch cuts the problem (uniform over the grid).
+struct GemvShape {
+  int warps;            // per CTA, <= kMaxWarps
+  int cluster;          // CTAs per column tile, <= kMaxClusterCtas
+  int groups;           // column groups per column tile
+  int chunks_per_warp;  // > 1 only past kMaxWarps * kMaxClusterCtas chunks
+};
+
+// Doubled magnitudes of the four codes in the low 16 bits, 0 for the negative codes: the positive
+// part w+; called on the codes with flipped sign bits it gives the negative part w-.
+__device__ __forceinline__ uint32_t positive_part(uint32_t codes) {
+  return permute(fold::kMagnitudesLo, fold::kMagnitudesHi, codes);
+}
+// Signed bytes w+ - w-: per byte one part is zero, and (0x80 - w-) ^ 0x80 is -w- without a borrow
+// crossing into the next byte.
+__device__ __forceinline__ uint32_t signed_bytes(uint32_t positive, uint32_t negative) {
+  return ((0x80808080u - negative) ^ 0x80808080u) | positive;
+}
+
+// Whether every block partial 2^(sa + sb - 256) * sum can be accumulated in fp32 for activation
+// scales in [a_lo, a_hi] and weight scales in [b_lo, b_hi]: no NaN (0xFF), the factor normal
+// (sa + sb >= 130) and 2^24 blocks of the largest sum (< 2^13) below 2^127 (sa + sb <= 346).
+__device__ __forceinline__ bool fp32_partials_safe(uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
+                                                   uint32_t b_hi) {
+  return a_hi <= 254 && b_hi <= 254 && a_lo + b_lo >= 130 && a_hi + b_hi <= 346;
+}
+
+// One lane's block of every activation row of a chunk: 32 doubled values as int8, and its scale.
+template <int kM>
+struct ActivationBlock {
+  uint32_t values[kM][8];     // word 2j: elements 8j..8j+3, word 2j+1: 8j+4..8j+7
+  uint32_t scale[kM];         // E8M0 byte; 127 for rows past M and blocks past K (values are 0)
+  int32_t exponent_bits[kM];  // (scale - 129) << 23: added to sb << 23 gives 2^(sa + sb - 256)
+  uint32_t scale_min, scale_max;
+};
+
+template <int kM>
+__device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t block, bool active,
+                                                 ActivationBlock<kM>& act) {
+  act.scale_min = 255, act.scale_max = 0;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    uint32_t scale = 127;
+    if (active && m < p.m) {
+      const uint8_t* row = p.a.data + m * p.a.stride_bytes + block * 16;
+      if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+        raw = *reinterpret_cast<const uint4*>(row);
+      } else {
+        uint32_t words[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          words[j] = row[4 * j] | (row[4 * j + 1] << 8) | (row[4 * j + 2] << 16) |
+                     (static_cast<uint32_t>(row[4 * j + 3]) << 24);
+        raw = make_uint4(words[0], words[1], words[2], words[3]);
+      }
+      scale = p.a.scale[m * p.a.scale_stride + block];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t codes = word_of(raw, j), flipped = codes ^ 0x88888888u;
+      act.values[m][2 * j] = signed_bytes(positive_part(codes), positive_part(flipped));
+      act.values[m][2 * j + 1] =
+          signed_bytes(positive_part(codes >> 16), positive_part(flipped >> 16));
+    }
+    act.scale[m] = scale;
+    act.exponent_bits[m] = (static_cast<int32_t>(scale) - 129) * (1 << 23);
+    act.scale_min = min(act.scale_min, scale), act.scale_max = max(act.scale_max, scale);
+  }
+}
+
+// Exact int32 sums of one weight block (16 bytes) with every activation row's block.
+template <int kM>
+__device__ __forceinline__ void block_sums(const uint4& weights, const ActivationBlock<kM>& act,
+                                           int32_t (&sums)[kM]) {
+  if constexpr (kM == 1) {
+    int32_t positive = 0, negative = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t codes = word_of(weights, j), flipped = codes ^ 0x88888888u;
+      positive = __dp4a(static_cast<int>(positive_part(codes)),
+                        static_cast<int>(act.values[0][2 * j]), positive);
+      positive = __dp4a(static_cast<int>(positive_part(codes >> 16)),
+                        static_cast<int>(act.values[0][2 * j + 1]), positive);
+      negative = __dp4a(static_cast<int>(positive_part(flipped)),
+                        static_cast<int>(act.values[0][2 * j]), negative);
+      negative = __dp4a(static_cast<int>(positive_part(flipped >> 16)),
+                        static_cast<int>(act.values[0][2 * j + 1]), negative);
+    }
+    sums[0] = positive - negative;
+  } else {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) sums[m] = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t codes = word_of(weights, j), flipped = codes ^ 0x88888888u;
+      const int lo = static_cast<int>(signed_bytes(positive_part(codes), positive_part(flipped)));
+      const int hi =
+          static_cast<int>(signed_bytes(positive_part(codes >> 16), positive_part(flipped >> 16)));
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        sums[m] = __dp4a(lo, static_cast<int>(act.values[m][2 * j]), sums[m]);
+        sums[m] = __dp4a(hi, static_cast<int>(act.values[m][2 * j + 1]), sums[m]);
+      }
+    }
+  }
+}
+
+// Sums `values` (V = 8 * kM entries per lane) over the warp's 32 lanes: halves are exchanged
+// while more than one entry is left (a transpose-reduction), then plain butterflies. Lane L ends
+// with the total of entry L / (32 / V) in values[0].
+template <int V, typename T>
+__device__ __forceinline__ void warp_sum_entries(T (&values)[V], int lane) {
+  int count = V;
+#pragma unroll
+  for (int offset = 16; offset >= 1; offset /= 2) {
+    if (count > 1) {
+      const int half = count / 2;
+      const bool upper = (lane & offset) != 0;
+#pragma unroll
+      for (int i = 0; i < V / 2; ++i) {
+        if (i < half) {
+          const T send = upper ? values[i] : values[i + half];
+          const T keep = upper ? values[i + half] : values[i];
+          values[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, offset);
+        }
+      }
+      count = half;
+    } else {
+      values[0] += __shfl_xor_sync(0xFFFFFFFFu, values[0], offset);
+    }
+  }
+}
+
+// The lane's share of one column group over one chunk: the block at `block` of the group's
+// columns (`columns` of them exist, from `column0`), loaded at once, then summed; fast mode adds
+// fp32 partials and records the weight scales it saw, exact mode adds double partials with exact
+// block scales.
+template <int kM, bool kExact>
+__device__ __forceinline__ void stream_group(const GemmProblem& p, int64_t column0, int columns,
+                                             int64_t block, const ActivationBlock<kM>& act,
+                                             float (&fast)[kGroupColumns * kM],
+                                             double (&exact)[kGroupColumns * kM],
+                                             uint32_t& scale_min, uint32_t& scale_max) {
+  uint4 weights[kGroupColumns];
+  uint32_t scales[kGroupColumns];
+  // Running pointers: one 64-bit add per column instead of a multiply.
+  const uint8_t* weight_row = p.b.data + column0 * p.b.stride_bytes + block * 16;
+  const uint8_t* scale_row = p.b.scale + column0 * p.b.scale_stride + block;
+#pragma unroll
+  for (int c = 0; c < kGroupColumns; ++c) {
+    weights[c] = make_uint4(0, 0, 0, 0);
+    scales[c] = 127;
+    if (c < columns) {
+      weights[c] = __ldcs(reinterpret_cast<const uint4*>(weight_row));
+      scales[c] = __ldcs(scale_row);
+    }
+    weight_row += p.b.stride_bytes, scale_row += p.b.scale_stride;
+  }
+#pragma unroll
+  for (int c = 0; c < kGroupColumns; ++c) {
+    int32_t sums[kM];
+    block_sums<kM>(weights[c], act, sums);
+    if constexpr (kExact) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+        exact[c * kM + m] =
+            accumulate_block(exact[c * kM + m], sums[m], block_scale(act.scale[m], scales[c]));
+    } else {
+      scale_min = min(scale_min, scales[c]), scale_max = max(scale_max, scales[c]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const float sum = fold::tile_sum_to_float(sums[m]);  // exact: |sum| <= 4608
+        const float factor =
+            __int_as_float(static_cast<int32_t>(scales[c]) * (1 << 23) + act.exponent_bits[m]);
+        fast[c * kM + m] = fmaf(sum, factor, fast[c * kM + m]);
+      }
+    }
+  }
+}
+
+template <int kM>
+__global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, GemvShape shape) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  constexpr int kEntries = kGroupColumns * kM;  // per lane and column group
+  constexpr int kTileEntries = kMaxGroups * kEntries;
+  // Each warp's sums for the column tile, then (rank 0) the CTA's.
+  __shared__ double partial[kMaxWarps][kTileEntries];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rank = blockIdx.y;  // in the cluster: which chunks
+  const int64_t tile_column0 = int64_t{blockIdx.x} * shape.groups * kGroupColumns;
+  const int64_t blocks = p.k / 32;
+  const int64_t chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
+  const int64_t warps_per_tile = int64_t{shape.warps} * shape.cluster;
+  const int64_t first_chunk = int64_t{rank} * shape.warps + warp;
+
+  ActivationBlock<kM> act;
+  auto load_chunk = [&](int64_t chunk) {
+    const int64_t block = chunk * kChunkBlocks + lane;
+    load_activations<kM>(p, block, block < blocks, act);
+    return block;
+  };
+  int64_t block = 0;
+  if (shape.chunks_per_warp == 1 && first_chunk < chunks) block = load_chunk(first_chunk);
+
+#pragma unroll 1
+  for (int group = 0; group < shape.groups; ++group) {
+    const int64_t column0 = tile_column0 + group * kGroupColumns;
+    const int columns = static_cast<int>(min(int64_t{kGroupColumns}, p.n - column0));
+    float fast[kEntries];
+    double exact[kEntries];
+#pragma unroll
+    for (int i = 0; i < kEntries; ++i) fast[i] = 0.0f, exact[i] = 0.0;
+    uint32_t scale_min = 255, scale_max = 0;
+    bool in_range = true;
+#pragma unroll 1
+    for (int64_t chunk = first_chunk; chunk < chunks; chunk += warps_per_tile) {
+      if (shape.chunks_per_warp > 1) block = load_chunk(chunk);
+      stream_group<kM, false>(p, column0, block < blocks ? columns : 0, block, act, fast, exact,
+                              scale_min, scale_max);
+      in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
+      scale_min = 255, scale_max = 0;
+    }
+    if (__any_sync(0xFFFFFFFFu, !in_range)) {
+      // Recompute this column group exactly (double partials, exact block scales).
+      uint32_t unused_min = 0, unused_max = 0;
+#pragma unroll 1
+      for (int64_t chunk = first_chunk; chunk < chunks; chunk += warps_per_tile) {
+        if (shape.chunks_per_warp > 1) block = load_chunk(chunk);
+        stream_group<kM, true>(p, column0, block < blocks ? columns : 0, block, act, fast, exact,
+                               unused_min, unused_max);
+      }
+      warp_sum_entries<kEntries>(exact, lane);
+    } else {
+      warp_sum_entries<kEntries>(fast, lane);
+      exact[0] = static_cast<double>(fast[0]);
+    }
+    constexpr int kLanesPerEntry = 32 / kEntries;
+    if (lane % kLanesPerEntry == 0)
+      partial[warp][group * kEntries + lane / kLanesPerEntry] = exact[0];
+  }
+  __syncthreads();
+
+  // The CTA's sums (warps in order), then the cluster's (ranks in order) on rank 0.
+  const int tile_entries = shape.groups * kEntries;
+  for (int i = threadIdx.x; i < tile_entries; i += kThreads) {
+    double sum = partial[0][i];
+    for (int w = 1; w < shape.warps; ++w) sum += partial[w][i];
+    partial[0][i] = sum;
+  }
+  if (shape.cluster > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (rank == 0) {
+      for (int r = 1; r < shape.cluster; ++r) {
+        const double* remote = cluster.map_shared_rank(&partial[0][0], r);
+        for (int i = threadIdx.x; i < tile_entries; i += kThreads) partial[0][i] += remote[i];
+      }
+    }
+    cluster.sync();  // every rank's shared memory stays alive until rank 0 has read it
+    if (rank != 0) return;
+  } else {
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < tile_entries; i += kThreads) {
+    const int group = i / kEntries, entry = i % kEntries;
+    const int64_t n = tile_column0 + group * kGroupColumns + entry / kM;
+    const int64_t m = entry % kM;
+    if (m < p.m && n < p.n) store_output(p, m, n, partial[0][i]);
+  }
+#else
+  (void)p;
+  (void)shape;
+  __trap();
+#endif
+}
+
+template <int kM>
+int ctas_per_sm() {
+  static const int count = [] {
+    int blocks = 1;
+    const cudaError_t status =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_gemv_kernel<kM>, kThreads, 0);
+    return status == cudaSuccess && blocks > 0 ? blocks : 1;
+  }();
+  return count;
+}
+
+// Warps and cluster CTAs cover the chunks (one each up to 32 chunks); the column tile is as wide
+// as keeps about every resident CTA slot busy in one wave (8 to 64 columns).
+template <int kM>
+GemvShape choose_shape(const GemmProblem& p) {
+  const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
+  GemvShape shape{};
+  shape.warps = static_cast<int>(chunks < kMaxWarps ? chunks : kMaxWarps);
+  const int64_t ctas_needed = (chunks + shape.warps - 1) / shape.warps;
+  shape.cluster = static_cast<int>(ctas_needed < kMaxClusterCtas ? ctas_needed : kMaxClusterCtas);
+  const int64_t warps_per_tile = int64_t{shape.warps} * shape.cluster;
+  shape.chunks_per_warp = static_cast<int>((chunks + warps_per_tile - 1) / warps_per_tile);
+  const int64_t slots = int64_t{ctas_per_sm<kM>()} * device_info(p.device.ordinal).sm_count;
+  const int64_t tiles_wanted = slots / shape.cluster > 0 ? slots / shape.cluster : 1;
+  int64_t groups = (p.n + tiles_wanted * kGroupColumns - 1) / (tiles_wanted * kGroupColumns);
+  shape.groups = static_cast<int>(groups < 1 ? 1 : groups > kMaxGroups ? kMaxGroups : groups);
+  return shape;
+}
+
+template <int kM>
+void launch(const GemmProblem& p) {
+  const GemvShape shape = choose_shape<kM>(p);
+  const int64_t tile_columns = int64_t{shape.groups} * kGroupColumns;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
+                        static_cast<unsigned>(shape.cluster), 1);
+  config.blockDim = dim3(static_cast<unsigned>(shape.warps * 32), 1, 1);
+  config.stream = static_cast<cudaStream_t>(p.stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = static_cast<unsigned>(shape.cluster);
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, gemm_gemv_kernel<kM>, p, shape),
+             "gemm_gemv_kernel launch");
+}
+
+}  // namespace
+
+std::string gemm_gemv_why_not(const GemmProblem& p) {
+  if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
+  if (device_info(p.device.ordinal).major < 9) return "needs an sm_90 GPU (thread-block clusters)";
+  if (p.m > kGemvMaxM)
+    return "M = " + std::to_string(p.m) + " is above the GEMV limit of " +
+           std::to_string(kGemvMaxM);
+  if (p.split_k > 1) return "it takes no split_k (its K chunks are summed in a fixed order)";
+  if (p.b.layout != A4W4_LAYOUT_PLAIN)
+    return "it reads a plain B (whole 16-byte blocks per lane), not a prepared one";
+  if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0)
+    return "B must start on 16 bytes with a row stride that is a multiple of 32 elements";
+  return {};
+}
+
+void gemm_gemv(const GemmProblem& p, const ExecConfig&) {
+  DeviceGuard guard(p.device.ordinal);
+  if (p.m == 1) return launch<1>(p);
+  if (p.m == 2) return launch<2>(p);
+  launch<4>(p);
+}
+
+}  // namespace a4w4::cuda
