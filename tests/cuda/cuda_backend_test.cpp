@@ -369,6 +369,13 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
         if (HasFatalFailure()) return;
         ++v;
       }
+  // Column tiles with more sums than the CTA has threads (one or three warps: K of 3 and 90
+  // blocks).
+  for (int64_t m : {1, 3, 4})
+    for (int64_t k : {96, 2880})
+      run_case(ctx_, rng_,
+               GemmCase{m, 6000, k, A4W4_DTYPE_F32, false, true, kTileLocalScales, false, 0,
+                        "cuda.gemv", 0});
 }
 
 TEST_F(CudaBackend, DecodeShapesOfRealModels) {

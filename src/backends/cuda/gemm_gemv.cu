@@ -22,10 +22,12 @@
 //
 // Work split: K is cut into chunks of 32 blocks (one per lane). Each warp owns one chunk (or,
 // beyond 32 chunks, several), converts its activations once, and streams the chunk's blocks of
-// every column of its CTA's column tile, 8 columns at a time (8 loads in flight per lane). The
-// 4 warps of a CTA and the CTAs of a thread-block cluster (up to 8) cover the chunks of one column
-// tile; the sums are added in a fixed order (warps, then cluster ranks through distributed shared
-// memory), so results do not depend on timing.
+// every column of its CTA's column tile, 8 columns per step (8 loads in flight per lane; at M = 1
+// the next step's 8 are loaded while one is summed). The warps of a CTA (up to 4) and the CTAs of
+// a thread-block cluster (up to 8) cover the chunks of one column tile; the sums are added in a
+// fixed order (warps, then cluster ranks through distributed shared memory), so results do not
+// depend on timing. The column tile (8 to 64 columns) is sized so the grid about fills the
+// resident CTA slots once.
 #include <cooperative_groups.h>
 
 #include "backends/cuda/cuda_backend.h"
@@ -39,10 +41,9 @@ namespace {
 
 constexpr int kMaxWarps = 4;
 constexpr int kThreads = kMaxWarps * 32;
-constexpr int kGroupColumns = 8;    // columns streamed at once by a warp
-constexpr int kMaxGroups = 8;       // column groups per column tile (tile <= 64 columns)
-constexpr int kChunkBlocks = 32;    // one block per lane
-constexpr int kMaxClusterCtas = 8;  // portable cluster size
+constexpr int kMaxTileColumns = 64;  // columns per column tile (CTA), in groups of kCols
+constexpr int kChunkBlocks = 32;     // one block per lane
+constexpr int kMaxClusterCtas = 8;   // portable cluster size
 constexpr int64_t kGemvMaxM = 4;
 
 // How a launch cuts the problem (uniform over the grid).
@@ -179,105 +180,130 @@ __device__ __forceinline__ void warp_sum_entries(T (&values)[V], int lane) {
   }
 }
 
-// The lane's share of one column group over one chunk: the block at `block` of the group's
-// columns (`columns` of them exist, from `column0`), loaded at once, then summed; fast mode adds
-// fp32 partials and records the weight scales it saw, exact mode adds double partials with exact
-// block scales.
-template <int kM, bool kExact>
-__device__ __forceinline__ void stream_group(const GemmProblem& p, int64_t column0, int columns,
-                                             int64_t block, const ActivationBlock<kM>& act,
-                                             float (&fast)[kGroupColumns * kM],
-                                             double (&exact)[kGroupColumns * kM],
-                                             uint32_t& scale_min, uint32_t& scale_max) {
-  uint4 weights[kGroupColumns];
-  uint32_t scales[kGroupColumns];
+// One step of a warp: the block at `block` of `kCols` columns from `column0` (`columns` of them
+// exist; none when the lane's block is past K), loaded at once.
+template <int kCols>
+struct GroupLoad {
+  uint4 weights[kCols];
+  uint32_t scales[kCols];
+};
+
+template <int kCols>
+__device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0, int columns,
+                                           int64_t block, GroupLoad<kCols>& load) {
   // Running pointers: one 64-bit add per column instead of a multiply.
   const uint8_t* weight_row = p.b.data + column0 * p.b.stride_bytes + block * 16;
   const uint8_t* scale_row = p.b.scale + column0 * p.b.scale_stride + block;
 #pragma unroll
-  for (int c = 0; c < kGroupColumns; ++c) {
-    weights[c] = make_uint4(0, 0, 0, 0);
-    scales[c] = 127;
+  for (int c = 0; c < kCols; ++c) {
+    load.weights[c] = make_uint4(0, 0, 0, 0);
+    load.scales[c] = 127;
     if (c < columns) {
-      weights[c] = __ldcs(reinterpret_cast<const uint4*>(weight_row));
-      scales[c] = __ldcs(scale_row);
+      load.weights[c] = __ldcs(reinterpret_cast<const uint4*>(weight_row));
+      load.scales[c] = __ldcs(scale_row);
     }
     weight_row += p.b.stride_bytes, scale_row += p.b.scale_stride;
   }
+}
+
+// Adds a loaded step to the lane's sums: fast mode adds fp32 partials and records the weight
+// scales it saw, exact mode adds double partials with exact block scales.
+template <int kM, int kCols, bool kExact>
+__device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
+                                          const ActivationBlock<kM>& act, float (&fast)[kCols * kM],
+                                          double (&exact)[kCols * kM], uint32_t& scale_min,
+                                          uint32_t& scale_max) {
 #pragma unroll
-  for (int c = 0; c < kGroupColumns; ++c) {
+  for (int c = 0; c < kCols; ++c) {
     int32_t sums[kM];
-    block_sums<kM>(weights[c], act, sums);
+    block_sums<kM>(load.weights[c], act, sums);
     if constexpr (kExact) {
 #pragma unroll
       for (int m = 0; m < kM; ++m)
         exact[c * kM + m] =
-            accumulate_block(exact[c * kM + m], sums[m], block_scale(act.scale[m], scales[c]));
+            accumulate_block(exact[c * kM + m], sums[m], block_scale(act.scale[m], load.scales[c]));
     } else {
-      scale_min = min(scale_min, scales[c]), scale_max = max(scale_max, scales[c]);
+      scale_min = min(scale_min, load.scales[c]), scale_max = max(scale_max, load.scales[c]);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         const float sum = fold::tile_sum_to_float(sums[m]);  // exact: |sum| <= 4608
         const float factor =
-            __int_as_float(static_cast<int32_t>(scales[c]) * (1 << 23) + act.exponent_bits[m]);
+            __int_as_float(static_cast<int32_t>(load.scales[c]) * (1 << 23) + act.exponent_bits[m]);
         fast[c * kM + m] = fmaf(sum, factor, fast[c * kM + m]);
       }
     }
   }
 }
 
-template <int kM>
+template <int kM, int kCols, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, GemvShape shape) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
-  constexpr int kEntries = kGroupColumns * kM;  // per lane and column group
-  constexpr int kTileEntries = kMaxGroups * kEntries;
+  constexpr int kEntries = kCols * kM;  // per lane and column group
+  static_assert(kEntries <= 32, "one entry per lane at most after the warp reduction");
+  constexpr int kTileEntries = kMaxTileColumns * kM;
   // Each warp's sums for the column tile, then (rank 0) the CTA's.
   __shared__ double partial[kMaxWarps][kTileEntries];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rank = blockIdx.y;  // in the cluster: which chunks
-  const int64_t tile_column0 = int64_t{blockIdx.x} * shape.groups * kGroupColumns;
+  const int64_t tile_column0 = int64_t{blockIdx.x} * shape.groups * kCols;
   const int64_t blocks = p.k / 32;
   const int64_t chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
   const int64_t warps_per_tile = int64_t{shape.warps} * shape.cluster;
   const int64_t first_chunk = int64_t{rank} * shape.warps + warp;
-
-  ActivationBlock<kM> act;
-  auto load_chunk = [&](int64_t chunk) {
-    const int64_t block = chunk * kChunkBlocks + lane;
-    load_activations<kM>(p, block, block < blocks, act);
-    return block;
+  // This warp's chunks: first_chunk, + warps_per_tile, ...; its steps: every group x chunk.
+  const int my_chunks =
+      first_chunk < chunks
+          ? static_cast<int>((chunks - first_chunk + warps_per_tile - 1) / warps_per_tile)
+          : 0;
+  const int steps = shape.groups * my_chunks;
+  auto step_block = [&](int step) {
+    return (first_chunk + int64_t{step % my_chunks} * warps_per_tile) * kChunkBlocks + lane;
   };
-  int64_t block = 0;
-  if (shape.chunks_per_warp == 1 && first_chunk < chunks) block = load_chunk(first_chunk);
+  auto step_columns = [&](int step, int64_t block) {
+    const int64_t column0 = tile_column0 + int64_t{step / my_chunks} * kCols;
+    return block < blocks ? static_cast<int>(min(int64_t{kCols}, p.n - column0)) : 0;
+  };
+  auto load_step = [&](int step, GroupLoad<kCols>& load) {
+    const int64_t block = step_block(step);
+    load_group<kCols>(p, tile_column0 + int64_t{step / my_chunks} * kCols,
+                      step_columns(step, block), block, load);
+  };
 
-#pragma unroll 1
-  for (int group = 0; group < shape.groups; ++group) {
-    const int64_t column0 = tile_column0 + group * kGroupColumns;
-    const int columns = static_cast<int>(min(int64_t{kGroupColumns}, p.n - column0));
-    float fast[kEntries];
-    double exact[kEntries];
+  // With kPrefetch, the step loaded ahead; the first is requested before the activations, so that
+  // the two latencies overlap (without it, the weights in flight during the activations'
+  // conversion cost registers the M >= 2 kernels cannot spare: 223 instead of 167 at M = 4).
+  GroupLoad<kCols> current, next;
+  if (kPrefetch && steps > 0) load_step(0, next);
+  ActivationBlock<kM> act;
+  auto load_chunk_activations = [&](int step) {
+    const int64_t block = step_block(step);
+    load_activations<kM>(p, block, block < blocks, act);
+  };
+  if (my_chunks == 1) load_chunk_activations(0);
+
+  float fast[kEntries];
+  double exact[kEntries];
+  uint32_t scale_min = 255, scale_max = 0;
+  bool in_range = true;
+  auto reset = [&] {
 #pragma unroll
     for (int i = 0; i < kEntries; ++i) fast[i] = 0.0f, exact[i] = 0.0;
-    uint32_t scale_min = 255, scale_max = 0;
-    bool in_range = true;
-#pragma unroll 1
-    for (int64_t chunk = first_chunk; chunk < chunks; chunk += warps_per_tile) {
-      if (shape.chunks_per_warp > 1) block = load_chunk(chunk);
-      stream_group<kM, false>(p, column0, block < blocks ? columns : 0, block, act, fast, exact,
-                              scale_min, scale_max);
-      in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
-      scale_min = 255, scale_max = 0;
-    }
+    in_range = true;
+  };
+  reset();
+  // Sums of one column group: fast ones, or recomputed exactly when a scale pair left fp32's
+  // range; reduced over the warp and kept in shared memory.
+  auto finish_group = [&](int group) {
     if (__any_sync(0xFFFFFFFFu, !in_range)) {
-      // Recompute this column group exactly (double partials, exact block scales).
       uint32_t unused_min = 0, unused_max = 0;
 #pragma unroll 1
-      for (int64_t chunk = first_chunk; chunk < chunks; chunk += warps_per_tile) {
-        if (shape.chunks_per_warp > 1) block = load_chunk(chunk);
-        stream_group<kM, true>(p, column0, block < blocks ? columns : 0, block, act, fast, exact,
-                               unused_min, unused_max);
+      for (int step = group * my_chunks; step < (group + 1) * my_chunks; ++step) {
+        if (my_chunks > 1) load_chunk_activations(step);
+        GroupLoad<kCols> load;
+        load_step(step, load);
+        sum_group<kM, kCols, true>(load, act, fast, exact, unused_min, unused_max);
       }
       warp_sum_entries<kEntries>(exact, lane);
     } else {
@@ -287,12 +313,36 @@ __global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, Gemv
     constexpr int kLanesPerEntry = 32 / kEntries;
     if (lane % kLanesPerEntry == 0)
       partial[warp][group * kEntries + lane / kLanesPerEntry] = exact[0];
+    reset();
+  };
+
+#pragma unroll 1
+  for (int step = 0; step < steps; ++step) {
+    if constexpr (kPrefetch) {
+      current = next;
+      if (step + 1 < steps) load_step(step + 1, next);
+    } else {
+      load_step(step, current);
+    }
+    if (my_chunks > 1) load_chunk_activations(step);
+    sum_group<kM, kCols, false>(current, act, fast, exact, scale_min, scale_max);
+    if (step % my_chunks == my_chunks - 1) {
+      in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
+      scale_min = 255, scale_max = 0;
+      finish_group(step / my_chunks);
+    } else {
+      in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
+      scale_min = 255, scale_max = 0;
+    }
   }
+  // A warp without chunks (more warps than chunks) contributes zeros.
+  if (my_chunks == 0)
+    for (int i = lane; i < shape.groups * kEntries; i += 32) partial[warp][i] = 0.0;
   __syncthreads();
 
   // The CTA's sums (warps in order), then the cluster's (ranks in order) on rank 0.
   const int tile_entries = shape.groups * kEntries;
-  for (int i = threadIdx.x; i < tile_entries; i += kThreads) {
+  for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
     double sum = partial[0][i];
     for (int w = 1; w < shape.warps; ++w) sum += partial[w][i];
     partial[0][i] = sum;
@@ -303,7 +353,7 @@ __global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, Gemv
     if (rank == 0) {
       for (int r = 1; r < shape.cluster; ++r) {
         const double* remote = cluster.map_shared_rank(&partial[0][0], r);
-        for (int i = threadIdx.x; i < tile_entries; i += kThreads) partial[0][i] += remote[i];
+        for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) partial[0][i] += remote[i];
       }
     }
     cluster.sync();  // every rank's shared memory stays alive until rank 0 has read it
@@ -311,9 +361,9 @@ __global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, Gemv
   } else {
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < tile_entries; i += kThreads) {
+  for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
     const int group = i / kEntries, entry = i % kEntries;
-    const int64_t n = tile_column0 + group * kGroupColumns + entry / kM;
+    const int64_t n = tile_column0 + int64_t{group} * kCols + entry / kM;
     const int64_t m = entry % kM;
     if (m < p.m && n < p.n) store_output(p, m, n, partial[0][i]);
   }
@@ -324,20 +374,20 @@ __global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, Gemv
 #endif
 }
 
-template <int kM>
+template <int kM, int kCols, bool kPrefetch>
 int ctas_per_sm() {
   static const int count = [] {
     int blocks = 1;
-    const cudaError_t status =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_gemv_kernel<kM>, kThreads, 0);
+    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, gemm_gemv_kernel<kM, kCols, kPrefetch>, kThreads, 0);
     return status == cudaSuccess && blocks > 0 ? blocks : 1;
   }();
   return count;
 }
 
 // Warps and cluster CTAs cover the chunks (one each up to 32 chunks); the column tile is as wide
-// as keeps about every resident CTA slot busy in one wave (8 to 64 columns).
-template <int kM>
+// as keeps about every resident CTA slot busy in one wave (kCols to 64 columns).
+template <int kM, int kCols, bool kPrefetch>
 GemvShape choose_shape(const GemmProblem& p) {
   const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
   GemvShape shape{};
@@ -346,17 +396,19 @@ GemvShape choose_shape(const GemmProblem& p) {
   shape.cluster = static_cast<int>(ctas_needed < kMaxClusterCtas ? ctas_needed : kMaxClusterCtas);
   const int64_t warps_per_tile = int64_t{shape.warps} * shape.cluster;
   shape.chunks_per_warp = static_cast<int>((chunks + warps_per_tile - 1) / warps_per_tile);
-  const int64_t slots = int64_t{ctas_per_sm<kM>()} * device_info(p.device.ordinal).sm_count;
+  const int64_t slots =
+      int64_t{ctas_per_sm<kM, kCols, kPrefetch>()} * device_info(p.device.ordinal).sm_count;
   const int64_t tiles_wanted = slots / shape.cluster > 0 ? slots / shape.cluster : 1;
-  int64_t groups = (p.n + tiles_wanted * kGroupColumns - 1) / (tiles_wanted * kGroupColumns);
+  const int64_t groups = (p.n + tiles_wanted * kCols - 1) / (tiles_wanted * kCols);
+  constexpr int kMaxGroups = kMaxTileColumns / kCols;
   shape.groups = static_cast<int>(groups < 1 ? 1 : groups > kMaxGroups ? kMaxGroups : groups);
   return shape;
 }
 
-template <int kM>
+template <int kM, int kCols, bool kPrefetch>
 void launch(const GemmProblem& p) {
-  const GemvShape shape = choose_shape<kM>(p);
-  const int64_t tile_columns = int64_t{shape.groups} * kGroupColumns;
+  const GemvShape shape = choose_shape<kM, kCols, kPrefetch>(p);
+  const int64_t tile_columns = int64_t{shape.groups} * kCols;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
                         static_cast<unsigned>(shape.cluster), 1);
@@ -369,7 +421,7 @@ void launch(const GemmProblem& p) {
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, gemm_gemv_kernel<kM>, p, shape),
+  check_cuda(cudaLaunchKernelEx(&config, gemm_gemv_kernel<kM, kCols, kPrefetch>, p, shape),
              "gemm_gemv_kernel launch");
 }
 
@@ -391,9 +443,12 @@ std::string gemm_gemv_why_not(const GemmProblem& p) {
 
 void gemm_gemv(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
-  if (p.m == 1) return launch<1>(p);
-  if (p.m == 2) return launch<2>(p);
-  launch<4>(p);
+  // Weights of the next step loaded ahead (H200: 2-8% faster at M = 1, where the registers
+  // are to spare; slower at M = 2 and at 4 x 28672 x 8192, bench/RESULTS.md). 16 columns per
+  // step instead of 8 measured slower at M = 1 and 2.
+  if (p.m == 1) return launch<1, 8, true>(p);
+  if (p.m == 2) return launch<2, 8, false>(p);
+  launch<4, 8, false>(p);
 }
 
 }  // namespace a4w4::cuda
