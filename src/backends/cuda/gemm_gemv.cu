@@ -443,10 +443,15 @@ std::string gemm_gemv_why_not(const GemmProblem& p) {
 
 void gemm_gemv(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
-  // Weights of the next step loaded ahead (H200: 2-8% faster at M = 1, where the registers
-  // are to spare; slower at M = 2 and at 4 x 28672 x 8192, bench/RESULTS.md). 16 columns per
-  // step instead of 8 measured slower at M = 1 and 2.
-  if (p.m == 1) return launch<1, 8, true>(p);
+  // At M = 1, where registers are to spare, the next step's weights are loaded ahead when a warp
+  // has several steps (H200: 1 x 28672 x 8192 in 37.1 us instead of 40.1; with one step per warp
+  // the 128 registers only cost occupancy: 1 x 5120 x 2880 took 6.0 us instead of 5.0). Loading
+  // ahead was slower at M = 2 and at 4 x 28672 x 8192, and 16 columns per step instead of 8 slower
+  // at M = 1 and 2 (bench/RESULTS.md).
+  if (p.m == 1) {
+    if (choose_shape<1, 8, false>(p).groups >= 2) return launch<1, 8, true>(p);
+    return launch<1, 8, false>(p);
+  }
   if (p.m == 2) return launch<2, 8, false>(p);
   launch<4, 8, false>(p);
 }
