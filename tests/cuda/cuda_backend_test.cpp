@@ -369,6 +369,12 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
         if (HasFatalFailure()) return;
         ++v;
       }
+  // M = 1 with N wide enough for three steps per warp or more (the next step loaded ahead), with
+  // one and two K chunks (one and two warps).
+  for (int64_t k : {1024, 2048})
+    run_case(ctx_, rng_,
+             GemmCase{1, 20000, k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, false, 0,
+                      "cuda.gemv", 0});
   // Column tiles with more sums than the CTA has threads (one or three warps: K of 3 and 90
   // blocks).
   for (int64_t m : {1, 3, 4})

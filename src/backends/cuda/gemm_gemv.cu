@@ -444,12 +444,12 @@ std::string gemm_gemv_why_not(const GemmProblem& p) {
 void gemm_gemv(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
   // At M = 1, where registers are to spare, the next step's weights are loaded ahead when a warp
-  // has several steps (H200: 1 x 28672 x 8192 in 37.1 us instead of 40.1; with one step per warp
-  // the 128 registers only cost occupancy: 1 x 5120 x 2880 took 6.0 us instead of 5.0). Loading
-  // ahead was slower at M = 2 and at 4 x 28672 x 8192, and 16 columns per step instead of 8 slower
-  // at M = 1 and 2 (bench/RESULTS.md).
+  // has three steps or more (H200: 1 x 28672 x 8192 in 37.1 us instead of 40.1; with fewer, its 128
+  // registers mostly cost occupancy: 1 x 5120 x 2880 took 6.0 us instead of 5.0, 1 x 5760 x 2880
+  // with 2 steps 6.2 instead of 5.4). Loading ahead was slower at M = 2 and at 4 x 28672 x 8192,
+  // and 16 columns per step instead of 8 slower at M = 1 and 2 (bench/RESULTS.md).
   if (p.m == 1) {
-    if (choose_shape<1, 8, false>(p).groups >= 2) return launch<1, 8, true>(p);
+    if (choose_shape<1, 8, false>(p).groups >= 3) return launch<1, 8, true>(p);
     return launch<1, 8, false>(p);
   }
   if (p.m == 2) return launch<2, 8, false>(p);
