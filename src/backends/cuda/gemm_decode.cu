@@ -33,6 +33,7 @@
 // 16-byte copies); a plain B is scattered into the same order with 4-byte copies.
 #include <cooperative_groups.h>
 
+#include "backends/cuda/cluster_launch.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -749,24 +750,13 @@ constexpr size_t shared_bytes() {
 
 template <int kNTiles, bool kPrepared>
 void launch(const GemmProblem& p, int splits, int64_t ctas) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits), 1);
-  config.blockDim = dim3(kThreads, 1, 1);
-  config.dynamicSmemBytes = shared_bytes<kNTiles>();
   check_cuda(cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(config.dynamicSmemBytes)),
+                                  static_cast<int>(shared_bytes<kNTiles>())),
              "cudaFuncSetAttribute(gemm_decode_kernel)");
-  config.stream = static_cast<cudaStream_t>(p.stream);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = static_cast<unsigned>(splits);
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, gemm_decode_kernel<kNTiles, kPrepared>, p, splits),
-             "gemm_decode_kernel launch");
+  launch_with_y_cluster(gemm_decode_kernel<kNTiles, kPrepared>, static_cast<unsigned>(ctas),
+                        static_cast<unsigned>(splits), kThreads, shared_bytes<kNTiles>(), p.stream,
+                        "gemm_decode_kernel launch", p, splits);
 }
 
 // CTAs of this kind resident on one SM (registers and shared memory), asked once.

@@ -30,6 +30,7 @@
 // resident CTA slots once.
 #include <cooperative_groups.h>
 
+#include "backends/cuda/cluster_launch.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -409,20 +410,11 @@ template <int kM, int kCols, bool kPrefetch>
 void launch(const GemmProblem& p) {
   const GemvShape shape = choose_shape<kM, kCols, kPrefetch>(p);
   const int64_t tile_columns = int64_t{shape.groups} * kCols;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
-                        static_cast<unsigned>(shape.cluster), 1);
-  config.blockDim = dim3(static_cast<unsigned>(shape.warps * 32), 1, 1);
-  config.stream = static_cast<cudaStream_t>(p.stream);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = static_cast<unsigned>(shape.cluster);
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, gemm_gemv_kernel<kM, kCols, kPrefetch>, p, shape),
-             "gemm_gemv_kernel launch");
+  launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch>,
+                        static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
+                        static_cast<unsigned>(shape.cluster),
+                        static_cast<unsigned>(shape.warps * 32), 0, p.stream,
+                        "gemm_gemv_kernel launch", p, shape);
 }
 
 }  // namespace

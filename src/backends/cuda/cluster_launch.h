@@ -1,0 +1,35 @@
+// Host side of the kernel families whose grid's y dimension is one thread-block cluster (the
+// CTAs that share a K range's partial sums through distributed shared memory): cuda.decode's
+// split-K partitions, cuda.gemv's K chunks. sm_90.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backends/cuda/cuda_utils.h"
+
+namespace a4w4::cuda {
+
+// Launches kernel on (grid_x, cluster) CTAs of `threads` threads, clusters of (1, cluster, 1),
+// on `stream`; `what` names it in errors.
+template <typename... Params, typename... Args>
+void launch_with_y_cluster(void (*kernel)(Params...), unsigned grid_x, unsigned cluster,
+                           unsigned threads, size_t shared_bytes, void* stream, const char* what,
+                           Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid_x, cluster, 1);
+  config.blockDim = dim3(threads, 1, 1);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = cluster;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
+}
+
+}  // namespace a4w4::cuda
