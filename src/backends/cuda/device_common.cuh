@@ -22,19 +22,42 @@ __device__ __forceinline__ uint32_t permute(uint32_t lo, uint32_t hi, uint32_t s
   return out;
 }
 
+// The 16 bytes (one 32-element block of packed E2M1) at src: one 16-byte load when `aligned` (src
+// on 16 bytes), else byte by byte, little-endian words as the 16-byte load gives them.
+__device__ __forceinline__ uint4 load_packed_block(const uint8_t* src, bool aligned) {
+  if (aligned) return __ldg(reinterpret_cast<const uint4*>(src));
+  uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int b = 0; b < 16; ++b) w[b / 4] |= static_cast<uint32_t>(src[b]) << (8 * (b % 4));
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Component j (0..3) of v (a compile-time j once inlined).
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
-// Four E2M1 codes (nibble i of the low 16 bits is element i) -> four int8 holding 2 * value.
-// Two byte-permutes look the magnitude up in a positive and a negative table; a third picks,
-// per byte, the negative entry when the code's sign bit is set (so 0x8, -0, gives 0).
+// The byte-permute table of the E2M1 -> int8 conversions: byte i is 2 * |E2M1 code i|, codes 0..7.
+inline constexpr uint32_t kMagnitudesLo = 0x03020100u, kMagnitudesHi = 0x0C080604u;
+
+// Four E2M1 codes (nibble i of the low 16 bits is element i; higher bits are ignored) -> their
+// doubled magnitudes as four bytes, 0 for the negative codes (the permute's sign mode): the
+// positive part w+. On the codes with their sign bits flipped (codes ^ 0x8888) it gives the
+// negative part w- (unsigned).
+__device__ __forceinline__ uint32_t e2m1x4_positive_part(uint32_t codes) {
+  return permute(kMagnitudesLo, kMagnitudesHi, codes);
+}
+
+// Signed bytes w+ - w- from the two parts: per byte one part is zero, and (0x80 - w-) ^ 0x80 is
+// -w- without a borrow crossing into the next byte.
+__device__ __forceinline__ uint32_t signed_s8x4(uint32_t positive, uint32_t negative) {
+  return ((0x80808080u - negative) ^ 0x80808080u) | positive;
+}
+
+// Four E2M1 codes (nibble i of the low 16 bits is element i; higher bits are ignored) -> four int8
+// holding 2 * value (0x8, -0, gives 0).
 __device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes) {
-  const uint32_t index = codes & 0x7777u;
-  const uint32_t positive = __byte_perm(0x03020100u, 0x0C080604u, index);  // 0 1 2 3 4 6 8 12
-  const uint32_t negative = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, index);  // their negatives
-  return __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));
+  return signed_s8x4(e2m1x4_positive_part(codes), e2m1x4_positive_part(codes ^ 0x8888u));
 }
 
 // Four E2M1 codes (the low 16 bits; higher bits are ignored) -> four FP8 e4m3 bytes of the same

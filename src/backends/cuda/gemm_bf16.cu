@@ -78,13 +78,9 @@ struct TileInfo {
   int foldable;
 };
 
-struct Control {
-  uint64_t raw_full[kRawStages];                 // TMA landed (expect-tx)
-  uint64_t raw_empty[kRawStages];                // every converter has read the raw stage
-  uint64_t raw_a_full[2][kRawStages];            // each consumer warpgroup's A ring: TMA landed
-  uint64_t full[kMaxStages], empty[kMaxStages];  // converters -> consumers -> converters
-  // info_empty: the consumers read the info and converted the tile's A rows (its A tables are free)
-  uint64_t info_full[2], info_empty[2];
+// Here info_empty means: the consumers read the info and converted the tile's A rows (its A tables
+// are free).
+struct Control : persistent::Barriers<kRawStages, kMaxStages> {
   TileInfo info[2];
   uint32_t reduce[4][4];  // the converter warps' scale ranges
 };
@@ -586,21 +582,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                      // 1024-aligned
   Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kRawStages; ++i) {
-      pipeline::init(&ctl.raw_full[i], 1);
-      pipeline::init(&ctl.raw_empty[i], kWarpgroup);
-      pipeline::init(&ctl.raw_a_full[0][i], 1);
-      pipeline::init(&ctl.raw_a_full[1][i], 1);
-    }
-    for (int i = 0; i < L::kStages; ++i) {
-      pipeline::init(&ctl.full[i], kWarpgroup);       // every converter thread
-      pipeline::init(&ctl.empty[i], 2 * kWarpgroup);  // every consumer thread
-    }
-    for (int i = 0; i < 2; ++i) {
-      pipeline::init(&ctl.info_full[i], 1);
-      pipeline::init(&ctl.info_empty[i], 2 * kWarpgroup);
-    }
-    pipeline::fence_init();
+    ctl.init(L::kStages, kWarpgroup);
     pipeline::prefetch_map(&map_a);
     pipeline::prefetch_map(&map_b);
   }

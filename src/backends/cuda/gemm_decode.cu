@@ -65,10 +65,11 @@ constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
 template <int kGroupCount>
 constexpr int kSlotBytes = (1024 + 64) * kGroupCount;
 
-// The folding helpers (kMaxShift, the magnitude tables, fold_row, tile_sum_to_float,
-// fp32_accumulation_safe) are shared with the int8 wgmma family: int8_fold.cuh.
-using fold::fold_row, fold::FoldedRow, fold::fp32_accumulation_safe, fold::kMagnitudesHi,
-    fold::kMagnitudesLo, fold::kMaxShift, fold::tile_sum_to_float;
+// The folding helpers (kMaxShift, fold_row, tile_sum_to_float, fp32_accumulation_safe) are shared
+// with the int8 wgmma family: int8_fold.cuh; the magnitude tables with every int8 conversion:
+// device_common.cuh.
+using fold::fold_row, fold::FoldedRow, fold::fp32_accumulation_safe, fold::kMaxShift,
+    fold::tile_sum_to_float;
 
 // Activation staging, per number of 8-row activation tiles: a chunk of K tiles is converted once
 // per CTA (fewer tiles per chunk for large M keeps two CTAs per SM). Each warp converts whole
@@ -172,15 +173,7 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t c
     uint4 v = {0, 0, 0, 0};
     uint32_t scale = 0x100u;
     if (row < p.m && block >= block_begin && block < block_end) {
-      const uint8_t* src = p.a.data + row * p.a.stride_bytes + block * 16;
-      if (vector_loads) {
-        v = __ldg(reinterpret_cast<const uint4*>(src));
-      } else {
-        uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int b = 0; b < 16; ++b) w[b / 4] |= static_cast<uint32_t>(src[b]) << (8 * (b % 4));
-        v = make_uint4(w[0], w[1], w[2], w[3]);
-      }
+      v = load_packed_block(p.a.data + row * p.a.stride_bytes + block * 16, vector_loads);
       scale = __ldg(p.a.scale + row * p.a.scale_stride + block);
     }
     out.codes[i] = v;

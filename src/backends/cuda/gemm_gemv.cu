@@ -55,17 +55,6 @@ struct GemvShape {
   int chunks_per_warp;  // > 1 only past kMaxWarps * kMaxClusterCtas chunks
 };
 
-// Doubled magnitudes of the four codes in the low 16 bits, 0 for the negative codes: the positive
-// part w+; called on the codes with flipped sign bits it gives the negative part w-.
-__device__ __forceinline__ uint32_t positive_part(uint32_t codes) {
-  return permute(fold::kMagnitudesLo, fold::kMagnitudesHi, codes);
-}
-// Signed bytes w+ - w-: per byte one part is zero, and (0x80 - w-) ^ 0x80 is -w- without a borrow
-// crossing into the next byte.
-__device__ __forceinline__ uint32_t signed_bytes(uint32_t positive, uint32_t negative) {
-  return ((0x80808080u - negative) ^ 0x80808080u) | positive;
-}
-
 // Whether every block partial 2^(sa + sb - 256) * sum can be accumulated in fp32 for activation
 // scales in [a_lo, a_hi] and weight scales in [b_lo, b_hi]: no NaN (0xFF), the factor normal
 // (sa + sb >= 130) and 2^24 blocks of the largest sum (< 2^13) below 2^127 (sa + sb <= 346).
@@ -93,24 +82,13 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t b
     uint32_t scale = 127;
     if (active && m < p.m) {
       const uint8_t* row = p.a.data + m * p.a.stride_bytes + block * 16;
-      if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-        raw = *reinterpret_cast<const uint4*>(row);
-      } else {
-        uint32_t words[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          words[j] = row[4 * j] | (row[4 * j + 1] << 8) | (row[4 * j + 2] << 16) |
-                     (static_cast<uint32_t>(row[4 * j + 3]) << 24);
-        raw = make_uint4(words[0], words[1], words[2], words[3]);
-      }
+      raw = load_packed_block(row, reinterpret_cast<uintptr_t>(row) % 16 == 0);
       scale = p.a.scale[m * p.a.scale_stride + block];
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint32_t codes = word_of(raw, j), flipped = codes ^ 0x88888888u;
-      act.values[m][2 * j] = signed_bytes(positive_part(codes), positive_part(flipped));
-      act.values[m][2 * j + 1] =
-          signed_bytes(positive_part(codes >> 16), positive_part(flipped >> 16));
+      act.values[m][2 * j] = e2m1x4_to_s8x4(word_of(raw, j));
+      act.values[m][2 * j + 1] = e2m1x4_to_s8x4(word_of(raw, j) >> 16);
     }
     act.scale[m] = scale;
     act.exponent_bits[m] = (static_cast<int32_t>(scale) - 129) * (1 << 23);
@@ -127,13 +105,13 @@ __device__ __forceinline__ void block_sums(const uint4& weights, const Activatio
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint32_t codes = word_of(weights, j), flipped = codes ^ 0x88888888u;
-      positive = __dp4a(static_cast<int>(positive_part(codes)),
+      positive = __dp4a(static_cast<int>(e2m1x4_positive_part(codes)),
                         static_cast<int>(act.values[0][2 * j]), positive);
-      positive = __dp4a(static_cast<int>(positive_part(codes >> 16)),
+      positive = __dp4a(static_cast<int>(e2m1x4_positive_part(codes >> 16)),
                         static_cast<int>(act.values[0][2 * j + 1]), positive);
-      negative = __dp4a(static_cast<int>(positive_part(flipped)),
+      negative = __dp4a(static_cast<int>(e2m1x4_positive_part(flipped)),
                         static_cast<int>(act.values[0][2 * j]), negative);
-      negative = __dp4a(static_cast<int>(positive_part(flipped >> 16)),
+      negative = __dp4a(static_cast<int>(e2m1x4_positive_part(flipped >> 16)),
                         static_cast<int>(act.values[0][2 * j + 1]), negative);
     }
     sums[0] = positive - negative;
@@ -143,9 +121,10 @@ __device__ __forceinline__ void block_sums(const uint4& weights, const Activatio
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint32_t codes = word_of(weights, j), flipped = codes ^ 0x88888888u;
-      const int lo = static_cast<int>(signed_bytes(positive_part(codes), positive_part(flipped)));
-      const int hi =
-          static_cast<int>(signed_bytes(positive_part(codes >> 16), positive_part(flipped >> 16)));
+      const int lo =
+          static_cast<int>(signed_s8x4(e2m1x4_positive_part(codes), e2m1x4_positive_part(flipped)));
+      const int hi = static_cast<int>(
+          signed_s8x4(e2m1x4_positive_part(codes >> 16), e2m1x4_positive_part(flipped >> 16)));
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         sums[m] = __dp4a(lo, static_cast<int>(act.values[m][2 * j]), sums[m]);
@@ -327,14 +306,9 @@ __global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, Gemv
     }
     if (my_chunks > 1) load_chunk_activations(step);
     sum_group<kM, kCols, false>(current, act, fast, exact, scale_min, scale_max);
-    if (step % my_chunks == my_chunks - 1) {
-      in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
-      scale_min = 255, scale_max = 0;
-      finish_group(step / my_chunks);
-    } else {
-      in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
-      scale_min = 255, scale_max = 0;
-    }
+    in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
+    scale_min = 255, scale_max = 0;
+    if (step % my_chunks == my_chunks - 1) finish_group(step / my_chunks);
   }
   // A warp without chunks (more warps than chunks) contributes zeros.
   if (my_chunks == 0)

@@ -67,12 +67,7 @@ constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are
 // consumer warpgroups 0 and 1 on 2 and 3; their A conversions on 4 and 5.
 constexpr uint32_t kConverterBarrier = 1, kConsumerBarrier = 4;
 
-struct Control {
-  uint64_t raw_full[kRawStages];           // TMA landed (expect-tx)
-  uint64_t raw_empty[kRawStages];          // every converter has read the raw stage
-  uint64_t raw_a_full[2][kRawStages];      // each consumer warpgroup's A ring: TMA landed
-  uint64_t full[kStages], empty[kStages];  // converters -> consumers -> converters
-  uint64_t info_full[2], info_empty[2];    // the tile's verdict, converters -> consumers
+struct Control : persistent::Barriers<kRawStages, kStages> {
   int foldable[2];
   uint32_t reduce[4][5];  // per converter warp: any row not folding, A's and B's base range
 };
@@ -103,8 +98,8 @@ struct BlockTables {
 };
 __device__ __forceinline__ BlockTables block_tables(uint32_t shift) {
   BlockTables t;
-  t.pos_lo = fold::kMagnitudesLo << shift;
-  t.pos_hi = fold::kMagnitudesHi << shift;
+  t.pos_lo = kMagnitudesLo << shift;
+  t.pos_hi = kMagnitudesHi << shift;
   t.neg_lo = (~t.pos_lo & 0xFFFFFF00u) + 0x01010100u;
   t.neg_hi = ~t.pos_hi + 0x01010101u;
   return t;
@@ -459,21 +454,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                      // 1024-aligned
   Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kRawStages; ++i) {
-      pipeline::init(&ctl.raw_full[i], 1);
-      pipeline::init(&ctl.raw_empty[i], kWarpgroup);
-      pipeline::init(&ctl.raw_a_full[0][i], 1);
-      pipeline::init(&ctl.raw_a_full[1][i], 1);
-    }
-    for (int i = 0; i < kStages; ++i) {
-      pipeline::init(&ctl.full[i], kWarpgroup);       // every converter thread
-      pipeline::init(&ctl.empty[i], 2 * kWarpgroup);  // every consumer thread
-    }
-    for (int i = 0; i < 2; ++i) {
-      pipeline::init(&ctl.info_full[i], 1);
-      pipeline::init(&ctl.info_empty[i], 2 * kWarpgroup);
-    }
-    pipeline::fence_init();
+    ctl.init(kStages, kWarpgroup);
     pipeline::prefetch_map(&map_a);
     pipeline::prefetch_map(&map_b);
   }

@@ -14,10 +14,9 @@
 
 namespace a4w4::cuda::fold {
 
-// Largest per-block shift folded into the int8 operands.
+// Largest per-block shift folded into the int8 operands (the magnitude tables, kMagnitudesLo/Hi in
+// device_common.cuh, shifted left by d).
 inline constexpr uint32_t kMaxShift = 3;
-// PRMT tables: byte i is 2 * |E2M1 code i| for codes 0..7.
-inline constexpr uint32_t kMagnitudesLo = 0x03020100u, kMagnitudesHi = 0x0C080604u;
 
 // A row's K tile (its 4 scale bytes, block j in byte j) folded relative to its smallest scale: the
 // per-block shifts (one per byte) and whether they all fit kMaxShift with no NaN (0xFF) block.

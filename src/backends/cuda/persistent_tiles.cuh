@@ -7,9 +7,43 @@
 #include <cstdint>
 
 #include "backends/cuda/generic_tile.cuh"
+#include "backends/cuda/pipeline.cuh"
 #include "dispatch/problem.h"
 
 namespace a4w4::cuda::persistent {
+
+// The mbarriers of a family's CTA, first in its shared-memory control block: a ring of raw B stages
+// (TMA -> the converter warpgroup), each consumer warpgroup's raw A ring (TMA -> itself), the
+// converted stages (converters -> consumers -> converters) and two slots of tile verdicts (the
+// converters' pre-pass -> consumers).
+template <int kRawStages, int kMaxStages>
+struct Barriers {
+  uint64_t raw_full[kRawStages];                 // TMA landed (expect-tx)
+  uint64_t raw_empty[kRawStages];                // every converter has read the raw stage
+  uint64_t raw_a_full[2][kRawStages];            // each consumer warpgroup's A ring: TMA landed
+  uint64_t full[kMaxStages], empty[kMaxStages];  // converters -> consumers -> converters
+  uint64_t info_full[2], info_empty[2];          // the tile's verdict: converters -> consumers
+
+  // By one thread before the CTA's first barrier, for `stages` converted stages in use and
+  // warpgroups of `warpgroup` threads (one converter warpgroup, two consumer ones).
+  __device__ __forceinline__ void init(int stages, int warpgroup) {
+    for (int i = 0; i < kRawStages; ++i) {
+      pipeline::init(&raw_full[i], 1);
+      pipeline::init(&raw_empty[i], warpgroup);
+      pipeline::init(&raw_a_full[0][i], 1);
+      pipeline::init(&raw_a_full[1][i], 1);
+    }
+    for (int i = 0; i < stages; ++i) {
+      pipeline::init(&full[i], warpgroup);       // every converter thread
+      pipeline::init(&empty[i], 2 * warpgroup);  // every consumer thread
+    }
+    for (int i = 0; i < 2; ++i) {
+      pipeline::init(&info_full[i], 1);
+      pipeline::init(&info_empty[i], 2 * warpgroup);
+    }
+    pipeline::fence_init();
+  }
+};
 
 // Tiles of kTileM x kTileN covering an m x n D.
 template <int kTileM, int kTileN>
