@@ -49,10 +49,9 @@ constexpr int64_t kGemvMaxM = 4;
 
 // How a launch cuts the problem (uniform over the grid).
 struct GemvShape {
-  int warps;            // per CTA, <= kMaxWarps
-  int cluster;          // CTAs per column tile, <= kMaxClusterCtas
-  int groups;           // column groups per column tile
-  int chunks_per_warp;  // > 1 only past kMaxWarps * kMaxClusterCtas chunks
+  int warps;    // per CTA, <= kMaxWarps
+  int cluster;  // CTAs per column tile, <= kMaxClusterCtas
+  int groups;   // column groups per column tile
 };
 
 // Whether every block partial 2^(sa + sb - 256) * sum can be accumulated in fp32 for activation
@@ -369,8 +368,6 @@ GemvShape choose_shape(const GemmProblem& p) {
   shape.warps = static_cast<int>(chunks < kMaxWarps ? chunks : kMaxWarps);
   const int64_t ctas_needed = (chunks + shape.warps - 1) / shape.warps;
   shape.cluster = static_cast<int>(ctas_needed < kMaxClusterCtas ? ctas_needed : kMaxClusterCtas);
-  const int64_t warps_per_tile = int64_t{shape.warps} * shape.cluster;
-  shape.chunks_per_warp = static_cast<int>((chunks + warps_per_tile - 1) / warps_per_tile);
   const int64_t slots =
       int64_t{ctas_per_sm<kM, kCols, kPrefetch>()} * device_info(p.device.ordinal).sm_count;
   const int64_t tiles_wanted = slots / shape.cluster > 0 ? slots / shape.cluster : 1;
