@@ -480,26 +480,17 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
     const int slot = local % 2;
     pipeline::wait(&ctl.info_full[slot], (local / 2) & 1);
     const TileInfo info = ctl.info[slot];
-    if (!info.foldable) {  // exact generic tiles, 64x64 each
+    if (!info.foldable) {
       pipeline::arrive(&ctl.info_empty[slot]);
-      if (rows0 >= p.m) continue;
-      for (int64_t q0 = n0; q0 < n0 + kTileN && q0 < p.n; q0 += generic::kTile)
-        persistent::generic_quarter(p, rows0, q0, thread, generic_tiles, wg);
+      persistent::exact_rows<kTileN>(p, rows0, n0, thread, generic_tiles, wg);
       continue;
     }
 
-    // Raw A rows of step `step` into ring use `use` (every thread of the warpgroup has read the
-    // slot's previous contents: the caller passed the warpgroup barrier after them). Issued once
-    // the tile is known to be foldable; they land while the converters convert B's first step. A
-    // warpgroup whose rows all lie past M (never stored) loads the last rows instead.
-    auto issue_a = [&](uint32_t a_use, int step) {
-      const uint32_t a_slot = a_use % kRawStages;
-      pipeline::arrive_expect_tx(&raw_a_full[a_slot], L::kRawABytes);
-      pipeline::tma_load_2d(raw_a + a_slot * L::kRawABytes, map_a, &raw_a_full[a_slot], 32 * step,
-                            static_cast<int>(rows0 < p.m ? rows0 : p.m - 1));
-    };
-    if (thread == 0)
-      for (int s = 0; s < min(kRawStages, steps); ++s) issue_a(use + s, s);
+    // Raw A rows (32 bytes a step), issued once the tile is known to be foldable; they land while
+    // the converters convert B's first step.
+    const persistent::RawARing<kRawStages, L::kRawABytes, 32> ring_a(raw_a, raw_a_full, map_a,
+                                                                     rows0, p.m);
+    if (thread == 0) ring_a.prime(use, steps);
     const uint4* a_tables = tables + 256 * slot;
     // This thread's block: half thread % 2 of A row rows0 + thread / 2. Its scale bytes are loaded
     // two steps ahead (L2 latency). Rows past M (never stored; each output row depends on its own
@@ -528,7 +519,8 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
       store_block(codes, a_tables[scale], stage_bytes, 64 * wg + thread / 2, thread % 2);
       wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
       pipeline::named_sync(kConsumerBarrier + wg, kWarpgroup);  // A written, raw slot read
-      if (thread == 0 && step + kRawStages < steps) issue_a(use + kRawStages, step + kRawStages);
+      if (thread == 0 && step + kRawStages < steps)
+        ring_a.load(use + kRawStages, step + kRawStages);
 
       pipeline::wait(&ctl.full[stage], (use / L::kStages) & 1);  // B converted
       // One descriptor per stage: the others add byte offsets / 16 to its address field (shared

@@ -364,24 +364,15 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
     pipeline::wait(&ctl.info_full[slot], (local / 2) & 1);
     const bool foldable = ctl.foldable[slot] != 0;
     pipeline::arrive(&ctl.info_empty[slot]);
-    if (!foldable) {  // exact generic tiles, 64x64 each
-      if (rows0 >= p.m) continue;
-      for (int64_t q0 = n0; q0 < n0 + kTileN && q0 < p.n; q0 += generic::kTile)
-        persistent::generic_quarter(p, rows0, q0, thread, generic_tiles, wg);
+    if (!foldable) {
+      persistent::exact_rows<kTileN>(p, rows0, n0, thread, generic_tiles, wg);
       continue;
     }
 
-    // Raw A rows of step `step` into ring use `use` (every thread of the warpgroup has read the
-    // slot's previous contents: the caller passed the warpgroup barrier after them). A warpgroup
-    // whose rows all lie past M (never stored) loads the last rows instead.
-    auto issue_a = [&](uint32_t a_use, int step) {
-      const uint32_t a_slot = a_use % kRawStages;
-      pipeline::arrive_expect_tx(&raw_a_full[a_slot], L::kRawABytes);
-      pipeline::tma_load_2d(raw_a + a_slot * L::kRawABytes, map_a, &raw_a_full[a_slot], 64 * step,
-                            static_cast<int>(rows0 < p.m ? rows0 : p.m - 1));
-    };
-    if (thread == 0)
-      for (int s = 0; s < min(kRawStages, steps); ++s) issue_a(use + s, s);
+    // Raw A rows, 64 bytes a step.
+    const persistent::RawARing<kRawStages, L::kRawABytes, 64> ring_a(raw_a, raw_a_full, map_a,
+                                                                     rows0, p.m);
+    if (thread == 0) ring_a.prime(use, steps);
     // This thread's blocks: block thread % 4 of the warpgroup's A rows thread / 4 and 32 +
     // thread / 4 (raw blocks thread and thread + 128). Rows past M take the last row's scales.
     const int block = thread % 4;
@@ -409,7 +400,8 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
       }
       wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
       pipeline::named_sync(kConsumerBarrier + wg, kWarpgroup);
-      if (thread == 0 && step + kRawStages < steps) issue_a(a_use + kRawStages, step + kRawStages);
+      if (thread == 0 && step + kRawStages < steps)
+        ring_a.load(a_use + kRawStages, step + kRawStages);
     };
 
 #pragma unroll

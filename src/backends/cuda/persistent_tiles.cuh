@@ -1,7 +1,9 @@
 // The persistent tile loop shared by the sm_90a warp-specialised families (gemm_bf16.cu,
 // gemm_int8.cu): one CTA per SM walks the tiles of D in groups of kGroupM tile rows, column by
 // column, so consecutive CTAs share B tiles in L2; tiles whose scales cannot be folded run the
-// generic kernel's exact tile code, a 64 x 64 quarter at a time per consumer warpgroup.
+// generic kernel's exact tile code, a 64 x 64 quarter at a time per consumer warpgroup. Also the
+// pieces of their pipelines that are the same in both: the mbarriers and each consumer
+// warpgroup's raw A ring.
 #pragma once
 
 #include <cstdint>
@@ -68,14 +70,47 @@ __device__ __forceinline__ void tile_origin(const GemmProblem& p, int t, int64_t
   n0 = int64_t{in_group / group_m} * kTileN;
 }
 
-// The exact generic code for a 64x64 tile, by consumer warpgroup wg (named barrier 2 + wg).
-__device__ __forceinline__ void generic_quarter(const GemmProblem& p, int64_t m0, int64_t n0,
-                                                int thread, generic::TileSmem* tiles, int wg) {
-  if (wg == 0) {
-    generic::tile<2>(p, m0, n0, thread, tiles[0]);
-  } else {
-    generic::tile<3>(p, m0, n0, thread, tiles[1]);
+// The exact generic code for consumer warpgroup wg's 64 rows from rows0 of a tile that does not
+// fold, over its kTileN columns from n0, 64 x 64 at a time (named barrier 2 + wg). Rows past M:
+// nothing to do.
+template <int kTileN>
+__device__ __forceinline__ void exact_rows(const GemmProblem& p, int64_t rows0, int64_t n0,
+                                           int thread, generic::TileSmem* tiles, int wg) {
+  if (rows0 >= p.m) return;
+  for (int64_t q0 = n0; q0 < n0 + kTileN && q0 < p.n; q0 += generic::kTile) {
+    if (wg == 0) {
+      generic::tile<2>(p, rows0, q0, thread, tiles[0]);
+    } else {
+      generic::tile<3>(p, rows0, q0, thread, tiles[1]);
+    }
   }
 }
+
+// A consumer warpgroup's ring of kRawStages raw A stages, filled by TMA (one thread issues):
+// kStepBytes bytes of each of its 64 rows from `row` per K step. A warpgroup whose rows all lie
+// past M (never stored) loads the last rows instead.
+template <int kRawStages, int kSlotBytes, int kStepBytes>
+struct RawARing {
+  uint8_t* slots;
+  uint64_t* full;  // per slot: TMA landed (expect-tx)
+  const CUtensorMap* map;
+  int row;
+
+  __device__ __forceinline__ RawARing(uint8_t* slots, uint64_t* full, const CUtensorMap* map,
+                                      int64_t rows0, int64_t m)
+      : slots(slots), full(full), map(map), row(static_cast<int>(rows0 < m ? rows0 : m - 1)) {}
+
+  // K step `step` into ring use `use` (every thread of the warpgroup has read the slot's previous
+  // contents: the caller passed the warpgroup barrier after them).
+  __device__ __forceinline__ void load(uint32_t use, int step) const {
+    const uint32_t slot = use % kRawStages;
+    pipeline::arrive_expect_tx(&full[slot], kSlotBytes);
+    pipeline::tma_load_2d(slots + slot * kSlotBytes, map, &full[slot], kStepBytes * step, row);
+  }
+  // A tile's first steps (at most kRawStages of its `steps`), from ring use `use`.
+  __device__ __forceinline__ void prime(uint32_t use, int steps) const {
+    for (int s = 0; s < min(kRawStages, steps); ++s) load(use + s, s);
+  }
+};
 
 }  // namespace a4w4::cuda::persistent
