@@ -41,6 +41,13 @@ constexpr std::array kGemmKernels = {
     GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 1, false, false,
                1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows", cuda::gemm_gemv_why_not,
                cuda::gemm_gemv},
+    // M padded to 8, 16, 32 or 64 activation rows; 64-column tiles; its own split of K over a
+    // cluster (auto_split_k). Ranked above cuda.decode, below cuda.gemv where both run (M <= 4).
+    GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 1, true, true,
+               1, 64, 8.0,
+               "sm_90a; plain B with 16-byte aligned rows or a prepared B (16-byte aligned, "
+               "scales 8-byte aligned); any K % 32 == 0",
+               cuda::gemm_skinny_why_not, cuda::gemm_skinny},
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
                1, 64, 4.0,
                "sm_90; prepared B 16-byte aligned, or plain B with 16-byte aligned rows, "

@@ -152,8 +152,8 @@ TEST_F(CudaTuning, HeuristicPicksGemvDecodeTensorCoresOrGeneric) {
   EXPECT_EQ(c.split_k, 0);
   ASSERT_EQ(small.choose(ctx_, &c), A4W4_SUCCESS);
   EXPECT_EQ(c.source, A4W4_CHOICE_HEURISTIC);
-  EXPECT_STREQ(c.kernel, major >= 9 ? "cuda.decode" : "cuda.generic");
-  EXPECT_EQ(c.split_k, 0);  // cuda.decode sizes its own split
+  EXPECT_STREQ(c.kernel, major == 9 ? "cuda.skinny" : major > 9 ? "cuda.decode" : "cuda.generic");
+  EXPECT_EQ(c.split_k, 0);  // cuda.skinny and cuda.decode size their own split
   ASSERT_EQ(large.choose(ctx_, &c), A4W4_SUCCESS);
   // 256 x 512: four 128 x 256 tiles or eight 128 x 128 ones; the narrow tiles fill more SMs.
   EXPECT_STREQ(c.kernel, major == 9 ? "cuda.bf16_128x128" : "cuda.generic");

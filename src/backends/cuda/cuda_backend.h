@@ -29,6 +29,9 @@ std::string gemm_int8_why_not(const GemmProblem& problem);
 void gemm_int8_128x128(const GemmProblem& problem, const ExecConfig& exec);
 std::string gemm_generic_why_not(const GemmProblem& problem);
 void gemm_generic(const GemmProblem& problem, const ExecConfig& exec);
+// The skinny family for M <= 64 (gemm_skinny.cu), sm_90a: int8 wgmma with the weights in registers.
+std::string gemm_skinny_why_not(const GemmProblem& problem);
+void gemm_skinny(const GemmProblem& problem, const ExecConfig& exec);
 std::string gemm_decode_why_not(const GemmProblem& problem);
 void gemm_decode(const GemmProblem& problem, const ExecConfig& exec);
 // The GEMV family for M <= 4 on a plain B (gemm_gemv.cu), sm_90: dp4a block sums.

@@ -90,63 +90,17 @@ struct Layout {
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0);
 };
 
-// The PRMT tables of one block folded with shift d (0..3): 2 * |E2M1| * 2^d for codes 0..7 (pos)
-// and their negations as int8 (neg; code 0 stays 0, so -0 gives 0). Every shifted magnitude is at
-// most 96, so no byte carries into the next, and the negations' bytes are 256 - x with x >= 1.
-struct BlockTables {
-  uint32_t pos_lo, pos_hi, neg_lo, neg_hi;
-};
-__device__ __forceinline__ BlockTables block_tables(uint32_t shift) {
-  BlockTables t;
-  t.pos_lo = kMagnitudesLo << shift;
-  t.pos_hi = kMagnitudesHi << shift;
-  t.neg_lo = (~t.pos_lo & 0xFFFFFF00u) + 0x01010100u;
-  t.neg_hi = ~t.pos_hi + 0x01010101u;
-  return t;
-}
-
-// Eight E2M1 codes (element i in nibble i) -> eight int8 (two words, elements 0..3 and 4..7): a
-// PRMT looks up four magnitudes in pos and four in neg, and a third picks neg where the code's
-// sign bit (bit 3 of its nibble) is set.
-__device__ __forceinline__ uint2 to_s8x8(uint32_t codes, const BlockTables& t) {
-  const uint32_t index = codes & 0x77777777u;
-  // select = ((codes >> 1) & 0x44444444) | 0x32103210 in one LOP3 (nvcc emits two).
-  uint32_t select;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"
-      : "=r"(select)
-      : "r"(codes >> 1), "r"(0x44444444u), "r"(0x32103210u));
-  const uint32_t p0 = permute(t.pos_lo, t.pos_hi, index), n0 = permute(t.neg_lo, t.neg_hi, index);
-  const uint32_t p1 = permute(t.pos_lo, t.pos_hi, index >> 16),
-                 n1 = permute(t.neg_lo, t.neg_hi, index >> 16);
-  return make_uint2(permute(p0, n0, select), permute(p1, n1, select >> 16));
-}
-
 // Writes one 32-element block (16 packed bytes) folded with shift d as 32 int8 into row `row`,
 // bytes [32 block, 32 block + 32) of a swizzled stage.
 __device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, uint8_t* stage, int row,
                                             int block) {
-  const BlockTables t = block_tables(shift);
-  const uint2 x = to_s8x8(codes.x, t), y = to_s8x8(codes.y, t);
-  const uint2 z = to_s8x8(codes.z, t), w = to_s8x8(codes.w, t);
+  const fold::BlockTables t = fold::block_tables(shift);
+  const uint2 x = fold::to_s8x8(codes.x, t), y = fold::to_s8x8(codes.y, t);
+  const uint2 z = fold::to_s8x8(codes.z, t), w = fold::to_s8x8(codes.w, t);
   *reinterpret_cast<uint4*>(stage + wgmma::swizzled_offset(row, 32 * block)) =
       make_uint4(x.x, x.y, y.x, y.y);
   *reinterpret_cast<uint4*>(stage + wgmma::swizzled_offset(row, 32 * block + 16)) =
       make_uint4(z.x, z.y, w.x, w.y);
-}
-
-// The 4 scale bytes of K tile `tile` of a plain row (block 4 tile + j in byte j); blocks past
-// `blocks` (the last tile of a K that is not a multiple of 128) repeat the tile's first block, so
-// they neither widen the spread nor lower the base. `words`: the scale rows allow 4-byte loads.
-__device__ __forceinline__ uint32_t scale_word(const uint8_t* row_scales, int tile, int blocks,
-                                               bool words) {
-  const uint8_t* s = row_scales + 4 * tile;
-  if (words && 4 * tile + 4 <= blocks) return __ldg(reinterpret_cast<const uint32_t*>(s));
-  uint32_t w = static_cast<uint32_t>(__ldg(s)) * 0x01010101u;
-#pragma unroll
-  for (int j = 1; j < 4; ++j)
-    if (4 * tile + j < blocks)
-      w = (w & ~(0xFFu << (8 * j))) | (static_cast<uint32_t>(__ldg(s + j)) << (8 * j));
-  return w;
 }
 
 // Folds one (row, K tile) of the pre-pass: bad |= it does not fold; lo, hi: the range of bases.
@@ -178,13 +132,10 @@ __device__ void scan_scales(const PackedOperand& op, int64_t row0, int64_t rows,
   } else {
 #pragma unroll 4
     for (int i = threadIdx.x; i < valid * k_tiles; i += kWarpgroup)
-      scan_word(scale_word(base + (i / k_tiles) * op.scale_stride, i % k_tiles, blocks, words), bad,
-                lo, hi);
+      scan_word(
+          fold::scale_word(base + (i / k_tiles) * op.scale_stride, i % k_tiles, blocks, words), bad,
+          lo, hi);
   }
-}
-
-__device__ __forceinline__ bool scale_words(const PackedOperand& op) {
-  return reinterpret_cast<uintptr_t>(op.scale) % 4 == 0 && op.scale_stride % 4 == 0;
 }
 
 // The converter warpgroup (threads 0..127): the pre-pass, then B's rows of every step.
@@ -194,7 +145,7 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
   const int c = threadIdx.x, warp = c / 32;
   const int steps = static_cast<int>((p.k + kStepK - 1) / kStepK);
   const int blocks = static_cast<int>(p.k / 32);
-  const bool words_a = scale_words(p.a), words_b = scale_words(p.b);
+  const bool words_a = fold::scale_words(p.a), words_b = fold::scale_words(p.b);
   float* factors = reinterpret_cast<float*>(smem + L::kFactorOffset);
   uint32_t raw_use = 0, stage_use = 0;  // uses of the rings so far: slot and phase
   int local = 0;
@@ -266,7 +217,7 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
     auto load_scales = [&](int step, uint32_t(&out)[4]) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        out[j] = scale_rows[j] != nullptr ? scale_word(scale_rows[j], step, blocks, words_b)
+        out[j] = scale_rows[j] != nullptr ? fold::scale_word(scale_rows[j], step, blocks, words_b)
                                           : 129u * 0x01010101u;
       }
     };
@@ -344,7 +295,7 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
   const int thread = threadIdx.x % kWarpgroup;
   const int steps = static_cast<int>((p.k + kStepK - 1) / kStepK);
   const int blocks = static_cast<int>(p.k / 32);
-  const bool words_a = scale_words(p.a);
+  const bool words_a = fold::scale_words(p.a);
   auto* generic_tiles = reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset);
   uint8_t* raw_a = smem + L::kRawAOffset + wg * kRawStages * L::kRawABytes;
   uint64_t* raw_a_full = ctl.raw_a_full[wg];
@@ -392,7 +343,8 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
       float* stage_factors = factors + stage * L::kFactorFloats;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const fold::FoldedRow f = fold::fold_row(scale_word(a_rows[j], step, blocks, words_a));
+        const fold::FoldedRow f =
+            fold::fold_row(fold::scale_word(a_rows[j], step, blocks, words_a));
         const int row = 64 * wg + thread / 4 + 32 * j;
         store_block(raw[thread + kWarpgroup * j], (f.shifts >> (8 * block)) & 0xFFu, stage_bytes,
                     row, block);

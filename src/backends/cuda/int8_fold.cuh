@@ -12,6 +12,9 @@
 
 #include <cstdint>
 
+#include "backends/cuda/device_common.cuh"
+#include "dispatch/problem.h"
+
 namespace a4w4::cuda::fold {
 
 // Largest per-block shift folded into the int8 operands (the magnitude tables, kMagnitudesLo/Hi in
@@ -50,6 +53,57 @@ struct FoldedRow {
                                                                         uint32_t b_lo,
                                                                         uint32_t b_hi) {
   return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
+}
+
+// The PRMT tables of one block folded with shift d (0..3): 2 * |E2M1| * 2^d for codes 0..7 (pos)
+// and their negations as int8 (neg; code 0 stays 0, so -0 gives 0). Every shifted magnitude is at
+// most 96, so no byte carries into the next, and the negations' bytes are 256 - x with x >= 1.
+struct BlockTables {
+  uint32_t pos_lo, pos_hi, neg_lo, neg_hi;
+};
+[[maybe_unused]] __device__ __forceinline__ BlockTables block_tables(uint32_t shift) {
+  BlockTables t;
+  t.pos_lo = kMagnitudesLo << shift;
+  t.pos_hi = kMagnitudesHi << shift;
+  t.neg_lo = (~t.pos_lo & 0xFFFFFF00u) + 0x01010100u;
+  t.neg_hi = ~t.pos_hi + 0x01010101u;
+  return t;
+}
+
+// Eight E2M1 codes (element i in nibble i) -> eight int8 (two words, elements 0..3 and 4..7): a
+// PRMT looks up four magnitudes in pos and four in neg, and a third picks neg where the code's
+// sign bit (bit 3 of its nibble) is set.
+[[maybe_unused]] __device__ __forceinline__ uint2 to_s8x8(uint32_t codes, const BlockTables& t) {
+  const uint32_t index = codes & 0x77777777u;
+  // select = ((codes >> 1) & 0x44444444) | 0x32103210 in one LOP3 (nvcc emits two).
+  uint32_t select;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;"
+      : "=r"(select)
+      : "r"(codes >> 1), "r"(0x44444444u), "r"(0x32103210u));
+  const uint32_t p0 = permute(t.pos_lo, t.pos_hi, index), n0 = permute(t.neg_lo, t.neg_hi, index);
+  const uint32_t p1 = permute(t.pos_lo, t.pos_hi, index >> 16),
+                 n1 = permute(t.neg_lo, t.neg_hi, index >> 16);
+  return make_uint2(permute(p0, n0, select), permute(p1, n1, select >> 16));
+}
+
+// The 4 scale bytes of K tile `tile` of a plain row (block 4 tile + j in byte j); blocks past
+// `blocks` (the last tile of a K that is not a multiple of 128) repeat the tile's first block, so
+// they neither widen the spread nor lower the base. `words`: the scale rows allow 4-byte loads.
+[[maybe_unused]] __device__ __forceinline__ uint32_t scale_word(const uint8_t* row_scales, int tile,
+                                                                int blocks, bool words) {
+  const uint8_t* s = row_scales + 4 * tile;
+  if (words && 4 * tile + 4 <= blocks) return __ldg(reinterpret_cast<const uint32_t*>(s));
+  uint32_t w = static_cast<uint32_t>(__ldg(s)) * 0x01010101u;
+#pragma unroll
+  for (int j = 1; j < 4; ++j)
+    if (4 * tile + j < blocks)
+      w = (w & ~(0xFFu << (8 * j))) | (static_cast<uint32_t>(__ldg(s + j)) << (8 * j));
+  return w;
+}
+
+// Whether op's scale rows allow the 4-byte loads of scale_word.
+[[maybe_unused]] __device__ __forceinline__ bool scale_words(const PackedOperand& op) {
+  return reinterpret_cast<uintptr_t>(op.scale) % 4 == 0 && op.scale_stride % 4 == 0;
 }
 
 }  // namespace a4w4::cuda::fold

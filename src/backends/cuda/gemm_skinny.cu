@@ -1,0 +1,673 @@
+// The skinny GEMM family (cuda.skinny): M up to 64 on int8 warpgroup MMAs, sm_90a, exact mode.
+// Memory-bound like cuda.decode, but the MMAs are wgmma with the weights in registers (RS form),
+// so a warpgroup issues one or two instructions per 32-wide K slice where cuda.decode's warps
+// issued one mma.sync per 8 activation rows and per sign part.
+//
+// Roles are swapped relative to D = A.B^T: a warpgroup's 64 weight rows are the wgmma's A operand
+// (registers), the M activation rows (padded to kTokens = 8, 16, 32 or 64) its B operand (shared
+// memory, 128-byte swizzled, K-major). A CTA is one warpgroup and one 64-row column tile of D;
+// the K tiles of 128 are cut into split-K partitions run by the CTAs of a thread-block cluster.
+//
+// Block scales are folded as in cuda.decode and cuda.int8_128x128 (int8_fold.cuh): inside a K
+// tile, each weight row's and each activation row's blocks are shifted by d = scale - (the row's
+// smallest scale in the tile) when every d <= 3. The weights enter the MMAs as unsigned magnitudes
+// (w+ and w-, one PRMT each per four codes: its sign mode zeroes the other sign), the activations
+// as signed int8, and each 32-wide K slice is two u8 x s8 wgmmas into two int32 sets (w+ . a,
+// w- . a) whose difference is the tile's exact sum (at 64 activation rows, where registers do not
+// hold two sets, one s8 x s8 wgmma on w+ - w-). The sum is promoted once per tile:
+// acc += sum * 2^(base_b - 129) * 2^(base_a - 127) in fp32, exact products when
+// fp32_accumulation_safe holds. A warp whose rows do not fold in a tile, or a tile whose
+// activations do not, or a range that fp32 cannot hold, takes the exact path for that tile:
+// per-block int32 sums from mma.sync with unshifted weights, times 2^(ea + sb - 256), added in
+// double (NaN scales give NaN), into a local-memory accumulator that is added at the end.
+//
+// Inside a K tile the element order is free (both operands are permuted alike; every sum is over
+// the whole tile). A plain B is read one whole 16-byte block per lane: lane (g, t) of warp w holds
+// block t of rows 16 w + g and 16 w + g + 8, and its 4-byte word q of a row is wgmma q's fragment
+// (low 16 bits: K slots 4 t..4 t + 3, high: 16 + 4 t..); so one shifted table per row serves the
+// lane. A prepared B (numerics/weight_layout.h) gives lane (g, t) the words of elements
+// 8 t..8 t + 7 of every block j, used as wgmma j's fragment. The activations are written into the
+// same K slots: element 8 q + i of block b goes to byte 32 X + 4 Y + i (i < 4) or 32 X + 16 + 4 Y +
+// i - 4, with (X, Y) = (q, b) for a plain B and (b, q) for a prepared one.
+//
+// Per K tile a CTA: converts its weights' fragments (loaded kLead tiles ahead into registers),
+// issues the tile's wgmmas on the activations of a two-slot ring, converts the next tile's
+// activations into the other slot while they run (all 128 threads: ActivationShare), then
+// promotes. The partitions' sums meet in shared memory as doubles and are added in rank order
+// through distributed shared memory, each rank finishing a slice of the tile (alpha, beta * C,
+// bias, one rounding).
+#include <cooperative_groups.h>
+
+#include <string>
+
+#include "backends/cuda/cluster_launch.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_utils.h"
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/int8_fold.cuh"
+#include "backends/cuda/sm90_family.cuh"
+#include "backends/cuda/wgmma.cuh"
+#include "numerics/weight_layout.h"
+
+namespace a4w4::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kRows = 64;      // weight rows (columns of D) per CTA
+constexpr int kMaxSplits = 8;  // portable cluster size
+constexpr int kLead = 2;       // weight K tiles loaded ahead into registers
+constexpr int kSkinnyMaxM = 64;
+
+// How the 128 threads share a K tile's activations (kTokens rows x 128). A row's 128 int8 are 8
+// runs of 16 bytes: run (X, half) holds, for Y = 0..3, the four values of word Y's low (half 0) or
+// high (half 1) 16 bits, where word Y of X is element 8 Y.. of block X for a prepared B and
+// element 8 X.. of block Y for a plain one (the K slots of the weights' fragments, slot_byte). A
+// unit of work is one (row, X) pair and kSplit threads share it (Y split), so every warp takes
+// part; kItems units per thread. A unit's thread has the row's 4 block scales (folds them itself)
+// and writes its values with vector stores.
+template <int kTokens>
+struct ActivationShare {
+  static constexpr int kSplit = kThreads / (kTokens * 4) > 1 ? kThreads / (kTokens * 4) : 1;
+  static constexpr int kY = 4 / kSplit;  // words per thread and unit
+  static constexpr int kItems = kTokens * 4 * kSplit / kThreads;
+  static constexpr int kSummaries = kItems * kThreads / 32;  // one per warp and item
+  static_assert(kItems >= 1);
+};
+
+template <int kTokens>
+struct Smem {
+  static constexpr int kSlotBytes = kTokens * 128;  // kTokens rows of 128 int8, swizzled
+  static constexpr int kSummaries = ActivationShare<kTokens>::kSummaries;
+  // Two slots of activations, then per slot: each row's factor 2^(base - 127) (0 when the row
+  // does not fold), each (row, block)'s exponent e of the stored values (value * 2^(e - 128)),
+  // and a summary per converting warp and item (its rows' min base | max base << 8 | all folded
+  // << 16).
+  static constexpr int kFactorOffset = 2 * kSlotBytes;
+  static constexpr int kExponentOffset = kFactorOffset + 2 * kTokens * 4;
+  static constexpr int kSummaryOffset = kExponentOffset + 2 * kTokens * 4;
+  static constexpr int kPartialOffset = (kSummaryOffset + 2 * kSummaries * 4 + 15) / 16 * 16;
+  // The CTA's sums as doubles, [token][row] with a padded row stride.
+  static constexpr int kPartialStride = kRows + 1;
+  static constexpr int kBytes = kPartialOffset + kTokens * kPartialStride * 8;
+};
+
+// D (64 x kTokens, int32) (+)= A (64x32 u8, registers) * B (kTokens x 32 s8, shared memory)^T.
+template <int kTokens>
+__device__ __forceinline__ void mma_rs(int32_t (&d)[kTokens / 2], const uint32_t (&a)[4],
+                                       uint64_t b, bool accumulate) {
+  if constexpr (kTokens == 8) wgmma::mma_u8s8_m64n8k32_rs(d, a, b, accumulate);
+  if constexpr (kTokens == 16) wgmma::mma_u8s8_m64n16k32_rs(d, a, b, accumulate);
+  if constexpr (kTokens == 32) wgmma::mma_u8s8_m64n32k32_rs(d, a, b, accumulate);
+  if constexpr (kTokens == 64) wgmma::mma_u8s8_m64n64k32_rs(d, a, b, accumulate);
+}
+
+// Byte of element 8 q + 4 half + i (i < 4) of block b inside a 128-wide K tile's row.
+template <bool kPrepared>
+__device__ __forceinline__ int slot_byte(int block, int q, int half) {
+  return kPrepared ? 32 * block + 16 * half + 4 * q : 32 * q + 16 * half + 4 * block;
+}
+
+// Four E2M1 codes (low 16 bits) -> four int8 2 * value * 2^d, from the magnitude table shifted by
+// d (lo, hi): the positive and negative parts by PRMT's sign mode, then w+ - w-.
+__device__ __forceinline__ uint32_t shifted_s8x4(uint32_t codes, uint32_t lo, uint32_t hi) {
+  return signed_s8x4(permute(lo, hi, codes), permute(lo, hi, codes ^ 0x8888u));
+}
+
+// Four bytes at src (any alignment) as a little-endian word.
+__device__ __forceinline__ uint32_t load_word_bytes(const uint8_t* src) {
+  return static_cast<uint32_t>(src[0]) | static_cast<uint32_t>(src[1]) << 8 |
+         static_cast<uint32_t>(src[2]) << 16 | static_cast<uint32_t>(src[3]) << 24;
+}
+
+// This lane's raw share of one weight K tile: 16 bytes of codes for rows g and g + 8 and their
+// 4 block scales (block j in byte j).
+struct WeightRaw {
+  uint4 g, h;
+  uint32_t scales_g, scales_h;
+};
+
+// Where this lane's weights come from, fixed for the CTA.
+template <bool kPrepared>
+struct WeightSource {
+  const uint8_t* codes[2];   // plain: rows g, g + 8 at their block t; prepared: the group's tile 0
+  const uint8_t* scales[2];  // plain: the rows' scale rows; prepared: the group's tile 0 scales
+  int blocks, tiles;
+  bool words;  // plain: 4-byte scale loads
+
+  __device__ WeightSource(const GemmProblem& p, int64_t row0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    blocks = static_cast<int>(p.k / 32);
+    tiles = static_cast<int>(layout::k_tiles(p.k));
+    const int64_t warp_row0 = row0 + 16 * (threadIdx.x / 32);
+    if constexpr (kPrepared) {
+      // A group past N reads the last group (its sums are never stored).
+      const int64_t last_group = (p.n - 1) / 16;
+      const int64_t group = warp_row0 / 16 < last_group ? warp_row0 / 16 : last_group;
+      codes[0] = p.b.data + group * tiles * layout::kTileBytes + lane * 32;
+      codes[1] = codes[0] + 16;
+      scales[0] = p.b.scale + group * tiles * layout::kTileScaleBytes + g * 8;
+      scales[1] = scales[0] + 4;
+      words = true;
+    } else {
+      // Rows past N read row N - 1.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = warp_row0 + g + 8 * h < p.n ? warp_row0 + g + 8 * h : p.n - 1;
+        codes[h] = p.b.data + row * p.b.stride_bytes + 16 * t;
+        scales[h] = p.b.scale + row * p.b.scale_stride;
+      }
+      words = fold::scale_words(p.b);
+    }
+  }
+
+  __device__ __forceinline__ WeightRaw load(int tile) const {
+    WeightRaw w;
+    if constexpr (kPrepared) {
+      const size_t offset = size_t(tile) * layout::kTileBytes;
+      w.g = __ldg(reinterpret_cast<const uint4*>(codes[0] + offset));
+      w.h = __ldg(reinterpret_cast<const uint4*>(codes[1] + offset));
+      const uint2 s = __ldg(reinterpret_cast<const uint2*>(scales[0] + size_t(tile) * 64));
+      w.scales_g = s.x, w.scales_h = s.y;  // the padding blocks of a last partial tile read 0
+    } else {
+      const int t = threadIdx.x % 4;
+      const bool present = 4 * tile + t < blocks;
+      const size_t offset = size_t(tile) * 64;
+      w.g = present ? __ldg(reinterpret_cast<const uint4*>(codes[0] + offset))
+                    : make_uint4(0, 0, 0, 0);
+      w.h = present ? __ldg(reinterpret_cast<const uint4*>(codes[1] + offset))
+                    : make_uint4(0, 0, 0, 0);
+      w.scales_g = fold::scale_word(scales[0], tile, blocks, words);
+      w.scales_h = fold::scale_word(scales[1], tile, blocks, words);
+    }
+    return w;
+  }
+
+  // w with the padding blocks of a prepared B's last partial tile (scale 0) taking the tile's
+  // first block's scale, so they neither widen the spread nor lower the base (a plain B's
+  // scale_word does this at the load).
+  __device__ __forceinline__ WeightRaw valid_scales(WeightRaw w, int tile) const {
+    if (kPrepared && 4 * tile + 4 > blocks) {
+      const int valid = blocks - 4 * tile;
+      const uint32_t selector = valid == 3 ? 0x0210u : valid == 2 ? 0x0010u : 0x0000u;
+      w.scales_g = permute(w.scales_g, 0, selector);
+      w.scales_h = permute(w.scales_h, 0, selector);
+    }
+    return w;
+  }
+};
+
+// This thread's share of one K tile's activations, held in registers between its loads and its
+// conversion (so the loads of tile i + 1 are in flight while tile i is multiplied).
+template <int kTokens>
+struct ActivationRaw {
+  using Share = ActivationShare<kTokens>;
+  uint32_t words[Share::kItems][Share::kY];
+  uint32_t scales[Share::kItems];  // the row's 4 block scales (block j in byte j)
+};
+
+// Item i of this thread: its activation row, X and first Y.
+template <int kTokens>
+struct ActivationItem {
+  int row, x, y0;
+  __device__ explicit ActivationItem(int i) {
+    using Share = ActivationShare<kTokens>;
+    const int unit = static_cast<int>(threadIdx.x) + kThreads * i;
+    row = unit / (4 * Share::kSplit);
+    x = (unit / Share::kSplit) % 4;
+    y0 = (unit % Share::kSplit) * Share::kY;
+  }
+};
+
+template <int kTokens, bool kPrepared>
+__device__ __forceinline__ void load_activations(const GemmProblem& p, int tile, bool aligned,
+                                                 bool scale_words, ActivationRaw<kTokens>& raw) {
+  using Share = ActivationShare<kTokens>;
+  const int blocks = static_cast<int>(p.k / 32);
+#pragma unroll
+  for (int i = 0; i < Share::kItems; ++i) {
+    const ActivationItem<kTokens> item(i);
+#pragma unroll
+    for (int y = 0; y < Share::kY; ++y) raw.words[i][y] = 0;
+    raw.scales[i] = 0x7F7F7F7Fu;  // rows past M: zeros with scale 127 (fold, factor 1)
+    if (item.row >= p.m) continue;
+    const uint8_t* row = p.a.data + item.row * p.a.stride_bytes + 64 * tile;
+    raw.scales[i] =
+        fold::scale_word(p.a.scale + item.row * p.a.scale_stride, tile, blocks, scale_words);
+    if constexpr (kPrepared) {
+      // Words y0.. of block x: contiguous.
+      if (4 * tile + item.x >= blocks) continue;
+      const uint8_t* src = row + 16 * item.x + 4 * item.y0;
+      if constexpr (Share::kY == 4) {
+        if (aligned) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+          raw.words[i][0] = v.x, raw.words[i][1] = v.y, raw.words[i][2] = v.z,
+          raw.words[i][3] = v.w;
+          continue;
+        }
+      } else if constexpr (Share::kY == 2) {
+        if (aligned) {
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+          raw.words[i][0] = v.x, raw.words[i][1] = v.y;
+          continue;
+        }
+      }
+#pragma unroll
+      for (int y = 0; y < Share::kY; ++y)
+        raw.words[i][y] = aligned ? __ldg(reinterpret_cast<const uint32_t*>(src + 4 * y))
+                                  : load_word_bytes(src + 4 * y);
+    } else {
+      // Word x of blocks y0..: 16 bytes apart.
+#pragma unroll
+      for (int y = 0; y < Share::kY; ++y) {
+        if (4 * tile + item.y0 + y >= blocks) continue;
+        const uint8_t* src = row + 16 * (item.y0 + y) + 4 * item.x;
+        raw.words[i][y] =
+            aligned ? __ldg(reinterpret_cast<const uint32_t*>(src)) : load_word_bytes(src);
+      }
+    }
+  }
+}
+
+// Folds and writes one K tile's activations into `slot` (see Smem for what goes where).
+template <int kTokens, bool kPrepared>
+__device__ __forceinline__ void store_activations(const GemmProblem& p,
+                                                  const ActivationRaw<kTokens>& raw, uint8_t* smem,
+                                                  int slot) {
+  using S = Smem<kTokens>;
+  using Share = ActivationShare<kTokens>;
+  uint8_t* values = smem + slot * S::kSlotBytes;
+  float* factor = reinterpret_cast<float*>(smem + S::kFactorOffset) + slot * kTokens;
+  uint32_t* exponents = reinterpret_cast<uint32_t*>(smem + S::kExponentOffset) + slot * kTokens;
+  uint32_t* summary = reinterpret_cast<uint32_t*>(smem + S::kSummaryOffset) + slot * S::kSummaries;
+#pragma unroll
+  for (int i = 0; i < Share::kItems; ++i) {
+    const ActivationItem<kTokens> item(i);
+    const uint32_t scales = raw.scales[i];
+    // The row folds when its 4 blocks lie within kMaxShift of the smallest and none is NaN.
+    const fold::FoldedRow f = fold::fold_row(scales);
+    uint32_t out[2][Share::kY];
+#pragma unroll
+    for (int y = 0; y < Share::kY; ++y) {
+      // The block of word y: x for a prepared B, y0 + y for a plain one.
+      const int block = kPrepared ? item.x : item.y0 + y;
+      const uint32_t shift = f.ok ? (f.shifts >> (8 * block)) & 0xFFu : 0u;
+      const uint32_t lo = kMagnitudesLo << shift, hi = kMagnitudesHi << shift;
+      out[0][y] = shifted_s8x4(raw.words[i][y], lo, hi);
+      out[1][y] = shifted_s8x4(raw.words[i][y] >> 16, lo, hi);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint8_t* dst =
+          values + wgmma::swizzled_offset(item.row, 32 * item.x + 16 * half + 4 * item.y0);
+      if constexpr (Share::kY == 4) {
+        *reinterpret_cast<uint4*>(dst) =
+            make_uint4(out[half][0], out[half][1], out[half][2], out[half][3]);
+      } else if constexpr (Share::kY == 2) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(out[half][0], out[half][1]);
+      } else {
+        *reinterpret_cast<uint32_t*>(dst) = out[half][0];
+      }
+    }
+    if (item.x == 0 && item.y0 == 0) {
+      // The exponent e of each block's stored values (value * 2^(e - 128)) and the row's factor.
+      exponents[item.row] = f.ok ? f.base * 0x01010101u : scales;
+      factor[item.row] = __uint_as_float(f.ok ? f.base << 23 : 0u);
+    }
+
+    const bool exists = item.row < p.m;
+    const uint32_t e_lo = __reduce_min_sync(0xFFFFFFFFu, exists ? f.base : 0xFFu);
+    const uint32_t e_hi = __reduce_max_sync(0xFFFFFFFFu, exists ? f.base : 0u);
+    const bool all_folded = __all_sync(0xFFFFFFFFu, f.ok);
+    if (threadIdx.x % 32 == 0)
+      summary[(threadIdx.x + kThreads * i) / 32] = e_lo | e_hi << 8 | (all_folded ? 1u : 0u) << 16;
+  }
+}
+
+// The weight fragments of one K tile folded by each row's shifts, as unsigned magnitudes: the
+// positive part w+ (pos[q]: wgmma q's four registers) and the negative part w- (neg[q]), from one
+// PRMT each per four codes (its sign mode gives 0 for the other sign); the MMAs sum w+ . a and
+// w- . a into two accumulator sets whose difference is the tile sum. Also whether this lane's
+// rows fold, and their bases (for the fp32 range check).
+struct WeightTile {
+  uint32_t pos[4][4], neg[4][4];
+  uint32_t base_g, base_h;
+  bool ok;
+};
+
+// One word of 8 codes of a row (element i in nibble i) -> its two fragment registers of w+ and
+// of w- (elements 0..3, then 4..7) with the magnitude table shifted by the block's d.
+__device__ __forceinline__ void split_word(uint32_t codes, uint32_t shift, uint32_t& pos_first,
+                                           uint32_t& pos_second, uint32_t& neg_first,
+                                           uint32_t& neg_second) {
+  const uint32_t lo = kMagnitudesLo << shift, hi = kMagnitudesHi << shift;
+  const uint32_t flipped = codes ^ 0x88888888u;
+  pos_first = permute(lo, hi, codes);
+  pos_second = permute(lo, hi, codes >> 16);
+  neg_first = permute(lo, hi, flipped);
+  neg_second = permute(lo, hi, flipped >> 16);
+}
+
+// kSigned (the 64-row activation tiles, where registers do not hold two accumulator sets): pos
+// holds the signed values w+ - w- instead, one MMA per K slice.
+template <bool kPrepared, bool kSigned>
+__device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
+  const fold::FoldedRow fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
+  WeightTile tile;
+  tile.base_g = fg.base, tile.base_h = fh.base;
+  tile.ok = fg.ok && fh.ok;
+  const uint32_t words_g[4] = {w.g.x, w.g.y, w.g.z, w.g.w};
+  const uint32_t words_h[4] = {w.h.x, w.h.y, w.h.z, w.h.w};
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    // The block of word q: q for a prepared B, the lane's block t for a plain one.
+    const int block = kPrepared ? q : t;
+    const uint32_t dg = (fg.shifts >> (8 * block)) & 0xFFu, dh = (fh.shifts >> (8 * block)) & 0xFFu;
+    split_word(words_g[q], dg, tile.pos[q][0], tile.pos[q][2], tile.neg[q][0], tile.neg[q][2]);
+    split_word(words_h[q], dh, tile.pos[q][1], tile.pos[q][3], tile.neg[q][1], tile.neg[q][3]);
+    if constexpr (kSigned)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) tile.pos[q][r] = signed_s8x4(tile.pos[q][r], tile.neg[q][r]);
+  }
+  return tile;
+}
+
+// The exact path for this warp's 16 rows and one K tile: block by block, int32 sums of the
+// unshifted weights with the stored activations (mma.sync; lanes not holding the block give
+// zeros), times 2^(ea + sb - 256) added in double. exact[4 j + i] is the accumulator of
+// fast[4 j + i]. Cold: kept out of line.
+template <int kTokens, bool kPrepared>
+__device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t scales_g,
+                                        uint32_t scales_h, const uint8_t* values,
+                                        const uint8_t* exponents, int valid_blocks, double* exact) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint32_t words_g[4] = {codes_g.x, codes_g.y, codes_g.z, codes_g.w};
+  const uint32_t words_h[4] = {codes_h.x, codes_h.y, codes_h.z, codes_h.w};
+  for (int b = 0; b < valid_blocks; ++b) {
+    for (int nt = 0; nt < kTokens / 8; ++nt) {
+      int32_t sum[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (kPrepared && q != b) continue;
+        // Plain: word q of lane t's block t, zero unless t == b; prepared: word b is block b.
+        const bool mine = kPrepared || t == b;
+        const uint32_t wg = mine ? words_g[q] : 0u, wh = mine ? words_h[q] : 0u;
+        const uint32_t a[4] = {e2m1x4_to_s8x4(wg), e2m1x4_to_s8x4(wh), e2m1x4_to_s8x4(wg >> 16),
+                               e2m1x4_to_s8x4(wh >> 16)};
+        // Activation row 8 nt + g supplies column g: K slots 4 t.. and 16 + 4 t.. of wgmma q.
+        const int row = 8 * nt + g;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(
+            values + wgmma::swizzled_offset(row, 32 * q + 4 * t));
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(
+            values + wgmma::swizzled_offset(row, 32 * q + 16 + 4 * t));
+        const uint32_t bf[2] = {b0, b1};
+        int32_t part[4];
+        mma_s8_16x8x32(part, a, bf);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[i] += part[i];
+      }
+      // sum[i]: weight row g (+8 for i >= 2), activation row 8 nt + 2 t + (i & 1).
+      const uint32_t sg = (scales_g >> (8 * b)) & 0xFFu, sh = (scales_h >> (8 * b)) & 0xFFu;
+      const uint32_t ea0 = exponents[(8 * nt + 2 * t) * 4 + b],
+                     ea1 = exponents[(8 * nt + 2 * t + 1) * 4 + b];
+      exact[4 * nt + 0] = fma(static_cast<double>(sum[0]), block_scale(ea0, sg), exact[4 * nt + 0]);
+      exact[4 * nt + 1] = fma(static_cast<double>(sum[1]), block_scale(ea1, sg), exact[4 * nt + 1]);
+      exact[4 * nt + 2] = fma(static_cast<double>(sum[2]), block_scale(ea0, sh), exact[4 * nt + 2]);
+      exact[4 * nt + 3] = fma(static_cast<double>(sum[3]), block_scale(ea1, sh), exact[4 * nt + 3]);
+    }
+  }
+}
+
+template <int kTokens, bool kPrepared>
+__global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
+    gemm_skinny_kernel(const GemmProblem p, int tiles_per_split) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Smem<kTokens>;
+  constexpr int kAcc = kTokens / 2;
+  constexpr bool kSigned = kTokens == 64;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = int64_t{blockIdx.x} * kRows;
+  const int rank = static_cast<int>(blockIdx.y), splits = static_cast<int>(gridDim.y);
+  const int tiles = static_cast<int>(layout::k_tiles(p.k));
+  const int tile_begin = rank * tiles_per_split;
+  const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
+  const int blocks = static_cast<int>(p.k / 32);
+  const bool a_aligned =
+      reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
+  const bool a_words = fold::scale_words(p.a);
+  // Whether this lane's rows exist (the others are read from valid rows and never stored).
+  const bool g_exists = row0 + 16 * warp + g < p.n, h_exists = row0 + 16 * warp + g + 8 < p.n;
+
+  const WeightSource<kPrepared> source(p, row0);
+  // Two buffers of weights loaded ahead (kLead = 2): tile i is converted from buffer i % 2, which
+  // then loads tile i + 2; the loop is unrolled by two so the buffers stay in registers.
+  WeightRaw even = {}, odd = {};
+  if (tile_begin < tile_end) even = source.load(tile_begin);
+  if (tile_begin + 1 < tile_end) odd = source.load(tile_begin + 1);
+
+  ActivationRaw<kTokens> act;
+  if (tile_begin < tile_end) {
+    load_activations<kTokens, kPrepared>(p, tile_begin, a_aligned, a_words, act);
+    store_activations<kTokens, kPrepared>(p, act, smem, 0);
+    if (tile_begin + 1 < tile_end)
+      load_activations<kTokens, kPrepared>(p, tile_begin + 1, a_aligned, a_words, act);
+  }
+  wgmma::fence_shared_for_async();
+
+  float fast[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) fast[i] = 0.0f;
+  double exact[kAcc];  // local memory, touched only by the exact path
+  bool any_exact = false;
+  int32_t sums_pos[kAcc], sums_neg[kAcc];  // w+ . a and w- . a of the tile
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) sums_pos[i] = sums_neg[i] = 0;
+
+  const auto step = [&](int tile, WeightRaw& buffer) {
+    const int slot = (tile - tile_begin) & 1;
+    WeightTile w = convert_weights<kPrepared, kSigned>(source.valid_scales(buffer, tile));
+    if (tile + kLead < tile_end) buffer = source.load(tile + kLead);
+    __syncthreads();  // slot's activations are stored; every warp is done with the other slot
+
+    wgmma::fence_operands(sums_pos);
+    if constexpr (!kSigned) wgmma::fence_operands(sums_neg);
+    wgmma::fence();
+    const uint32_t slot_address = wgmma::shared_address(smem + slot * S::kSlotBytes);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint64_t activations = wgmma::descriptor(slot_address + 32 * q);
+      if constexpr (kSigned) {
+        wgmma::mma_s8_m64n64k32_rs(sums_pos, w.pos[q], activations, q > 0);
+      } else {
+        mma_rs<kTokens>(sums_pos, w.pos[q], activations, q > 0);
+        mma_rs<kTokens>(sums_neg, w.neg[q], activations, q > 0);
+      }
+    }
+    wgmma::commit();
+
+    // The next tile's activations into the other slot while the MMAs run.
+    if (tile + 1 < tile_end) {
+      store_activations<kTokens, kPrepared>(p, act, smem, slot ^ 1);
+      if (tile + 2 < tile_end)
+        load_activations<kTokens, kPrepared>(p, tile + 2, a_aligned, a_words, act);
+    }
+    wgmma::fence_shared_for_async();
+
+    // Fast path for the warp: its existing rows fold, every activation row folds, and fp32
+    // holds the products for the bases present.
+    const uint32_t* summary =
+        reinterpret_cast<const uint32_t*>(smem + S::kSummaryOffset) + slot * S::kSummaries;
+    uint32_t a_lo = 0xFFu, a_hi = 0u;
+    bool acts_folded = true;
+#pragma unroll
+    for (int i = 0; i < S::kSummaries; ++i) {
+      const uint32_t s = summary[i];
+      a_lo = min(a_lo, s & 0xFFu), a_hi = max(a_hi, (s >> 8) & 0xFFu);
+      acts_folded = acts_folded && ((s >> 16) & 1u);
+    }
+    if (a_lo > a_hi) a_lo = a_hi = 127u;  // no activation row present: any factor will do
+    const bool lane_ok =
+        (!g_exists || (w.ok && fold::fp32_accumulation_safe(a_lo, a_hi, w.base_g, w.base_g))) &&
+        (!h_exists || (w.ok && fold::fp32_accumulation_safe(a_lo, a_hi, w.base_h, w.base_h)));
+    const bool fast_path = acts_folded && __all_sync(0xFFFFFFFFu, lane_ok);
+
+    wgmma::wait<0>();
+    wgmma::fence_operands(sums_pos);
+    if constexpr (!kSigned) wgmma::fence_operands(sums_neg);
+      // The fragments stay untouched until the MMAs that read them are done.
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      wgmma::fence_operands(w.pos[q]);
+      if constexpr (!kSigned) wgmma::fence_operands(w.neg[q]);
+    }
+    const float* factor = reinterpret_cast<const float*>(smem + S::kFactorOffset) + slot * kTokens;
+    if (fast_path) {
+      // 2^(base - 129) per weight row; the extra 1/4 undoes the doubling of both operands.
+      const float fb_g = __uint_as_float((w.base_g - 2) << 23);
+      const float fb_h = __uint_as_float((w.base_h - 2) << 23);
+#pragma unroll
+      for (int j = 0; j < kTokens / 8; ++j) {
+        const float2 fa = *reinterpret_cast<const float2*>(factor + 8 * j + 2 * t);
+        fast[4 * j + 0] = fmaf(fold::tile_sum_to_float(sums_pos[4 * j + 0], -sums_neg[4 * j + 0]),
+                               fa.x * fb_g, fast[4 * j + 0]);
+        fast[4 * j + 1] = fmaf(fold::tile_sum_to_float(sums_pos[4 * j + 1], -sums_neg[4 * j + 1]),
+                               fa.y * fb_g, fast[4 * j + 1]);
+        fast[4 * j + 2] = fmaf(fold::tile_sum_to_float(sums_pos[4 * j + 2], -sums_neg[4 * j + 2]),
+                               fa.x * fb_h, fast[4 * j + 2]);
+        fast[4 * j + 3] = fmaf(fold::tile_sum_to_float(sums_pos[4 * j + 3], -sums_neg[4 * j + 3]),
+                               fa.y * fb_h, fast[4 * j + 3]);
+      }
+    } else {
+      if (!any_exact) {
+        for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
+        any_exact = true;
+      }
+      const int valid = blocks - 4 * tile < 4 ? blocks - 4 * tile : 4;
+      // The tile's weights again (the registers hold tile + kLead now; this path is rare).
+      const WeightRaw raw = source.valid_scales(source.load(tile), tile);
+      exact_tile<kTokens, kPrepared>(raw.g, raw.h, raw.scales_g, raw.scales_h,
+                                     smem + slot * S::kSlotBytes,
+                                     smem + S::kExponentOffset + slot * kTokens * 4, valid, exact);
+    }
+  };
+  int tile = tile_begin;
+  for (; tile + 1 < tile_end; tile += 2) {
+    step(tile, even);
+    step(tile + 1, odd);
+  }
+  if (tile < tile_end) step(tile, even);
+
+  // The CTA's sums as doubles: partial[token][row].
+  double* partial = reinterpret_cast<double*>(smem + S::kPartialOffset);
+#pragma unroll
+  for (int j = 0; j < kTokens / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int token = 8 * j + 2 * t + (i & 1), row = 16 * warp + g + 8 * (i >> 1);
+      double value = static_cast<double>(fast[4 * j + i]);
+      if (any_exact) value += exact[4 * j + i];
+      partial[token * S::kPartialStride + row] = value;
+    }
+
+  // Rank r finishes its slice of the tile, adding the ranks' sums in rank order.
+  constexpr int kEntries = kTokens * kRows;
+  const int per_rank = (kEntries + splits - 1) / splits;
+  const int first = rank * per_rank,
+            last = first + per_rank < kEntries ? first + per_rank : kEntries;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  for (int e = first + static_cast<int>(threadIdx.x); e < last; e += kThreads) {
+    const int token = e / kRows, row = e % kRows;
+    const int64_t n = row0 + row;
+    if (token >= p.m || n >= p.n) continue;
+    double sum = 0.0;
+    for (int r = 0; r < splits; ++r)
+      sum += cluster.map_shared_rank(partial, r)[token * S::kPartialStride + row];
+    store_output(p, token, n, sum);
+  }
+  cluster.sync();  // every rank's shared memory stays alive until the others have read it
+#else
+  (void)p;
+  (void)tiles_per_split;
+  __trap();
+#endif
+}
+
+template <int kTokens, bool kPrepared>
+int ctas_per_sm() {
+  static const int count = [] {
+    int blocks = 1;
+    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, gemm_skinny_kernel<kTokens, kPrepared>, kThreads, Smem<kTokens>::kBytes);
+    return status == cudaSuccess && blocks > 0 ? blocks : 1;
+  }();
+  return count;
+}
+
+// Splits (a power of two up to a cluster of 8) while the column tiles leave resident CTA slots
+// idle and each partition keeps at least 4 K tiles.
+template <int kTokens, bool kPrepared>
+int choose_splits(const GemmProblem& p) {
+  const int64_t columns = (p.n + kRows - 1) / kRows;
+  const int64_t tiles = layout::k_tiles(p.k);
+  const int64_t slots =
+      int64_t{ctas_per_sm<kTokens, kPrepared>()} * device_info(p.device.ordinal).sm_count;
+  int splits = 1;
+  while (splits * 2 <= kMaxSplits && columns * splits * 2 <= slots && tiles / (splits * 2) >= 4)
+    splits *= 2;
+  return splits;
+}
+
+template <int kTokens, bool kPrepared>
+void launch(const GemmProblem& p) {
+  constexpr int kBytes = Smem<kTokens>::kBytes;
+  static_assert(kBytes <= 227 * 1024);
+  static const cudaError_t attribute = cudaFuncSetAttribute(
+      gemm_skinny_kernel<kTokens, kPrepared>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_kernel)");
+  const int splits = choose_splits<kTokens, kPrepared>(p);
+  const int tiles = static_cast<int>(layout::k_tiles(p.k));
+  const int per_split = (tiles + splits - 1) / splits;
+  launch_with_y_cluster(gemm_skinny_kernel<kTokens, kPrepared>,
+                        static_cast<unsigned>((p.n + kRows - 1) / kRows),
+                        static_cast<unsigned>(splits), kThreads, kBytes, p.stream,
+                        "gemm_skinny_kernel launch", p, per_split);
+}
+
+template <bool kPrepared>
+void launch_for_m(const GemmProblem& p) {
+  if (p.m <= 8) return launch<8, kPrepared>(p);
+  if (p.m <= 16) return launch<16, kPrepared>(p);
+  if (p.m <= 32) return launch<32, kPrepared>(p);
+  launch<64, kPrepared>(p);
+}
+
+}  // namespace
+
+std::string gemm_skinny_why_not(const GemmProblem& p) {
+  if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
+  if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
+  if (p.m > kSkinnyMaxM)
+    return "M = " + std::to_string(p.m) + " is above its limit of " + std::to_string(kSkinnyMaxM);
+  if (p.split_k > 1) return "it takes no split_k (it splits K by whole 128-wide tiles itself)";
+  if (p.b.layout == A4W4_LAYOUT_PLAIN) {
+    if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0)
+      return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
+  } else if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 ||
+             reinterpret_cast<uintptr_t>(p.b.scale) % 8 != 0) {
+    return "a prepared B must start on 16 bytes and its scales on 8";
+  }
+  if (p.n > int64_t{65535} * kRows * 1024) return "N is too large for the grid";
+  return {};
+}
+
+void gemm_skinny(const GemmProblem& p, const ExecConfig&) {
+  DeviceGuard guard(p.device.ordinal);
+  if (p.b.layout == A4W4_LAYOUT_PLAIN) return launch_for_m<false>(p);
+  launch_for_m<true>(p);
+}
+
+}  // namespace a4w4::cuda
