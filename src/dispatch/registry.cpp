@@ -42,9 +42,10 @@ constexpr std::array kGemmKernels = {
                1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows", cuda::gemm_gemv_why_not,
                cuda::gemm_gemv},
     // M padded to 8, 16, 32 or 64 activation rows; 64-column tiles; its own split of K over a
-    // cluster (auto_split_k). Ranked above cuda.decode, below cuda.gemv where both run (M <= 4).
-    GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 1, true, true,
-               1, 64, 8.0,
+    // cluster (auto_split_k). tile_m 16 and speed 7.9 rank it below cuda.decode for M <= 8 (where
+    // cuda.decode is as fast or faster on a prepared B: bench/RESULTS.md) and above it from M = 9.
+    GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
+               true, 1, 64, 7.9,
                "sm_90a; plain B with 16-byte aligned rows or a prepared B (16-byte aligned, "
                "scales 8-byte aligned); any K % 32 == 0",
                cuda::gemm_skinny_why_not, cuda::gemm_skinny},

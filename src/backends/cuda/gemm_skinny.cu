@@ -82,12 +82,12 @@ struct Smem {
   static constexpr int kSummaries = ActivationShare<kTokens>::kSummaries;
   // Two slots of activations, then per slot: each row's factor 2^(base - 127) (0 when the row
   // does not fold), each (row, block)'s exponent e of the stored values (value * 2^(e - 128)),
-  // and a summary per converting warp and item (its rows' min base | max base << 8 | all folded
-  // << 16).
+  // and per converting warp and item the range of weight bases its rows allow on the fp32 path:
+  // at least need[], at most allow[] (need = 0x7FFF when a row does not fold).
   static constexpr int kFactorOffset = 2 * kSlotBytes;
   static constexpr int kExponentOffset = kFactorOffset + 2 * kTokens * 4;
   static constexpr int kSummaryOffset = kExponentOffset + 2 * kTokens * 4;
-  static constexpr int kPartialOffset = (kSummaryOffset + 2 * kSummaries * 4 + 15) / 16 * 16;
+  static constexpr int kPartialOffset = (kSummaryOffset + 2 * 2 * kSummaries * 4 + 15) / 16 * 16;
   // The CTA's sums as doubles, [token][row] with a padded row stride.
   static constexpr int kPartialStride = kRows + 1;
   static constexpr int kBytes = kPartialOffset + kTokens * kPartialStride * 8;
@@ -207,38 +207,49 @@ struct ActivationRaw {
   uint32_t scales[Share::kItems];  // the row's 4 block scales (block j in byte j)
 };
 
-// Item i of this thread: its activation row, X and first Y.
-template <int kTokens>
+// Item i of this thread: its activation row, X and first Y, with what does not change from tile
+// to tile worked out once: where its words and scales come from and where its values go.
+template <int kTokens, bool kPrepared>
 struct ActivationItem {
+  using Share = ActivationShare<kTokens>;
   int row, x, y0;
-  __device__ explicit ActivationItem(int i) {
-    using Share = ActivationShare<kTokens>;
+  bool present;              // row < M
+  const uint8_t* src;        // its first word in K tile 0 (plain: word x of block y0)
+  const uint8_t* scales;     // the row's scales
+  uint32_t store_offset[2];  // of its 4 * kY value bytes in a slot, halves 0 and 1
+
+  __device__ void init(const GemmProblem& p, int i) {
     const int unit = static_cast<int>(threadIdx.x) + kThreads * i;
     row = unit / (4 * Share::kSplit);
     x = (unit / Share::kSplit) % 4;
     y0 = (unit % Share::kSplit) * Share::kY;
+    present = row < p.m;
+    const int64_t r = present ? row : 0;
+    src = p.a.data + r * p.a.stride_bytes + (kPrepared ? 16 * x + 4 * y0 : 16 * y0 + 4 * x);
+    scales = p.a.scale + r * p.a.scale_stride;
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      store_offset[half] = wgmma::swizzled_offset(row, 32 * x + 16 * half + 4 * y0);
   }
 };
 
 template <int kTokens, bool kPrepared>
-__device__ __forceinline__ void load_activations(const GemmProblem& p, int tile, bool aligned,
-                                                 bool scale_words, ActivationRaw<kTokens>& raw) {
+__device__ __forceinline__ void load_activations(
+    const ActivationItem<kTokens, kPrepared> (&items)[ActivationShare<kTokens>::kItems], int tile,
+    int blocks, bool aligned, bool scale_words, ActivationRaw<kTokens>& raw) {
   using Share = ActivationShare<kTokens>;
-  const int blocks = static_cast<int>(p.k / 32);
 #pragma unroll
   for (int i = 0; i < Share::kItems; ++i) {
-    const ActivationItem<kTokens> item(i);
+    const ActivationItem<kTokens, kPrepared>& item = items[i];
 #pragma unroll
     for (int y = 0; y < Share::kY; ++y) raw.words[i][y] = 0;
     raw.scales[i] = 0x7F7F7F7Fu;  // rows past M: zeros with scale 127 (fold, factor 1)
-    if (item.row >= p.m) continue;
-    const uint8_t* row = p.a.data + item.row * p.a.stride_bytes + 64 * tile;
-    raw.scales[i] =
-        fold::scale_word(p.a.scale + item.row * p.a.scale_stride, tile, blocks, scale_words);
+    if (!item.present) continue;
+    raw.scales[i] = fold::scale_word(item.scales, tile, blocks, scale_words);
+    const uint8_t* src = item.src + 64 * tile;
     if constexpr (kPrepared) {
       // Words y0.. of block x: contiguous.
       if (4 * tile + item.x >= blocks) continue;
-      const uint8_t* src = row + 16 * item.x + 4 * item.y0;
       if constexpr (Share::kY == 4) {
         if (aligned) {
           const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
@@ -262,9 +273,8 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int tile,
 #pragma unroll
       for (int y = 0; y < Share::kY; ++y) {
         if (4 * tile + item.y0 + y >= blocks) continue;
-        const uint8_t* src = row + 16 * (item.y0 + y) + 4 * item.x;
-        raw.words[i][y] =
-            aligned ? __ldg(reinterpret_cast<const uint32_t*>(src)) : load_word_bytes(src);
+        raw.words[i][y] = aligned ? __ldg(reinterpret_cast<const uint32_t*>(src + 16 * y))
+                                  : load_word_bytes(src + 16 * y);
       }
     }
   }
@@ -272,18 +282,19 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int tile,
 
 // Folds and writes one K tile's activations into `slot` (see Smem for what goes where).
 template <int kTokens, bool kPrepared>
-__device__ __forceinline__ void store_activations(const GemmProblem& p,
-                                                  const ActivationRaw<kTokens>& raw, uint8_t* smem,
-                                                  int slot) {
+__device__ __forceinline__ void store_activations(
+    const ActivationItem<kTokens, kPrepared> (&items)[ActivationShare<kTokens>::kItems],
+    const ActivationRaw<kTokens>& raw, uint8_t* smem, int slot) {
   using S = Smem<kTokens>;
   using Share = ActivationShare<kTokens>;
   uint8_t* values = smem + slot * S::kSlotBytes;
   float* factor = reinterpret_cast<float*>(smem + S::kFactorOffset) + slot * kTokens;
   uint32_t* exponents = reinterpret_cast<uint32_t*>(smem + S::kExponentOffset) + slot * kTokens;
-  uint32_t* summary = reinterpret_cast<uint32_t*>(smem + S::kSummaryOffset) + slot * S::kSummaries;
+  int* need = reinterpret_cast<int*>(smem + S::kSummaryOffset) + slot * 2 * S::kSummaries;
+  int* allow = need + S::kSummaries;
 #pragma unroll
   for (int i = 0; i < Share::kItems; ++i) {
-    const ActivationItem<kTokens> item(i);
+    const ActivationItem<kTokens, kPrepared>& item = items[i];
     const uint32_t scales = raw.scales[i];
     // The row folds when its 4 blocks lie within kMaxShift of the smallest and none is NaN.
     const fold::FoldedRow f = fold::fold_row(scales);
@@ -299,8 +310,7 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      uint8_t* dst =
-          values + wgmma::swizzled_offset(item.row, 32 * item.x + 16 * half + 4 * item.y0);
+      uint8_t* dst = values + item.store_offset[half];
       if constexpr (Share::kY == 4) {
         *reinterpret_cast<uint4*>(dst) =
             make_uint4(out[half][0], out[half][1], out[half][2], out[half][3]);
@@ -316,12 +326,16 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
       factor[item.row] = __uint_as_float(f.ok ? f.base << 23 : 0u);
     }
 
-    const bool exists = item.row < p.m;
-    const uint32_t e_lo = __reduce_min_sync(0xFFFFFFFFu, exists ? f.base : 0xFFu);
-    const uint32_t e_hi = __reduce_max_sync(0xFFFFFFFFu, exists ? f.base : 0u);
+    const uint32_t e_lo = __reduce_min_sync(0xFFFFFFFFu, item.present ? f.base : 0xFFu);
+    const uint32_t e_hi = __reduce_max_sync(0xFFFFFFFFu, item.present ? f.base : 0u);
     const bool all_folded = __all_sync(0xFFFFFFFFu, f.ok);
-    if (threadIdx.x % 32 == 0)
-      summary[(threadIdx.x + kThreads * i) / 32] = e_lo | e_hi << 8 | (all_folded ? 1u : 0u) << 16;
+    if (threadIdx.x % 32 == 0) {
+      // fold::fp32_accumulation_safe(e_lo, e_hi, b, b) as bounds on the weight base b (no
+      // constraint beyond b >= 3 from rows that do not exist: e_lo = 255, e_hi = 0).
+      const int entry = (threadIdx.x + kThreads * i) / 32;
+      need[entry] = all_folded && e_lo >= 1 ? max(3, 130 - static_cast<int>(e_lo)) : 0x7FFF;
+      allow[entry] = 330 - static_cast<int>(e_hi);
+    }
   }
 }
 
@@ -333,7 +347,7 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
 struct WeightTile {
   uint32_t pos[4][4], neg[4][4];
   uint32_t base_g, base_h;
-  bool ok;
+  bool ok_g, ok_h;
 };
 
 // One word of 8 codes of a row (element i in nibble i) -> its two fragment registers of w+ and
@@ -356,7 +370,7 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
   const fold::FoldedRow fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
   WeightTile tile;
   tile.base_g = fg.base, tile.base_h = fh.base;
-  tile.ok = fg.ok && fh.ok;
+  tile.ok_g = fg.ok, tile.ok_h = fh.ok;
   const uint32_t words_g[4] = {w.g.x, w.g.y, w.g.z, w.g.w};
   const uint32_t words_h[4] = {w.h.x, w.h.y, w.h.z, w.h.w};
   const int t = threadIdx.x % 4;
@@ -448,12 +462,15 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
   if (tile_begin < tile_end) even = source.load(tile_begin);
   if (tile_begin + 1 < tile_end) odd = source.load(tile_begin + 1);
 
+  ActivationItem<kTokens, kPrepared> items[ActivationShare<kTokens>::kItems];
+#pragma unroll
+  for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i) items[i].init(p, i);
   ActivationRaw<kTokens> act;
   if (tile_begin < tile_end) {
-    load_activations<kTokens, kPrepared>(p, tile_begin, a_aligned, a_words, act);
-    store_activations<kTokens, kPrepared>(p, act, smem, 0);
+    load_activations<kTokens, kPrepared>(items, tile_begin, blocks, a_aligned, a_words, act);
+    store_activations<kTokens, kPrepared>(items, act, smem, 0);
     if (tile_begin + 1 < tile_end)
-      load_activations<kTokens, kPrepared>(p, tile_begin + 1, a_aligned, a_words, act);
+      load_activations<kTokens, kPrepared>(items, tile_begin + 1, blocks, a_aligned, a_words, act);
   }
   wgmma::fence_shared_for_async();
 
@@ -466,6 +483,7 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) sums_pos[i] = sums_neg[i] = 0;
 
+  const uint64_t slot0_descriptor = wgmma::descriptor(wgmma::shared_address(smem));
   const auto step = [&](int tile, WeightRaw& buffer) {
     const int slot = (tile - tile_begin) & 1;
     WeightTile w = convert_weights<kPrepared, kSigned>(source.valid_scales(buffer, tile));
@@ -475,10 +493,10 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
     wgmma::fence_operands(sums_pos);
     if constexpr (!kSigned) wgmma::fence_operands(sums_neg);
     wgmma::fence();
-    const uint32_t slot_address = wgmma::shared_address(smem + slot * S::kSlotBytes);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const uint64_t activations = wgmma::descriptor(slot_address + 32 * q);
+      // The descriptor's start address counts 16-byte units (shared memory < 2^18 bytes: no carry).
+      const uint64_t activations = slot0_descriptor + (slot * S::kSlotBytes + 32 * q) / 16;
       if constexpr (kSigned) {
         wgmma::mma_s8_m64n64k32_rs(sums_pos, w.pos[q], activations, q > 0);
       } else {
@@ -490,29 +508,26 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
 
     // The next tile's activations into the other slot while the MMAs run.
     if (tile + 1 < tile_end) {
-      store_activations<kTokens, kPrepared>(p, act, smem, slot ^ 1);
+      store_activations<kTokens, kPrepared>(items, act, smem, slot ^ 1);
       if (tile + 2 < tile_end)
-        load_activations<kTokens, kPrepared>(p, tile + 2, a_aligned, a_words, act);
+        load_activations<kTokens, kPrepared>(items, tile + 2, blocks, a_aligned, a_words, act);
     }
     wgmma::fence_shared_for_async();
 
     // Fast path for the warp: its existing rows fold, every activation row folds, and fp32
     // holds the products for the bases present.
-    const uint32_t* summary =
-        reinterpret_cast<const uint32_t*>(smem + S::kSummaryOffset) + slot * S::kSummaries;
-    uint32_t a_lo = 0xFFu, a_hi = 0u;
-    bool acts_folded = true;
+    const int* need =
+        reinterpret_cast<const int*>(smem + S::kSummaryOffset) + slot * 2 * S::kSummaries;
+    int need_all = need[0], allow_all = need[S::kSummaries];
 #pragma unroll
-    for (int i = 0; i < S::kSummaries; ++i) {
-      const uint32_t s = summary[i];
-      a_lo = min(a_lo, s & 0xFFu), a_hi = max(a_hi, (s >> 8) & 0xFFu);
-      acts_folded = acts_folded && ((s >> 16) & 1u);
-    }
-    if (a_lo > a_hi) a_lo = a_hi = 127u;  // no activation row present: any factor will do
-    const bool lane_ok =
-        (!g_exists || (w.ok && fold::fp32_accumulation_safe(a_lo, a_hi, w.base_g, w.base_g))) &&
-        (!h_exists || (w.ok && fold::fp32_accumulation_safe(a_lo, a_hi, w.base_h, w.base_h)));
-    const bool fast_path = acts_folded && __all_sync(0xFFFFFFFFu, lane_ok);
+    for (int i = 1; i < S::kSummaries; ++i)
+      need_all = max(need_all, need[i]), allow_all = min(allow_all, need[S::kSummaries + i]);
+    const auto in_range = [&](uint32_t base) {
+      return static_cast<int>(base) >= need_all && static_cast<int>(base) <= allow_all;
+    };
+    const bool lane_ok = (!g_exists || (w.ok_g && in_range(w.base_g))) &&
+                         (!h_exists || (w.ok_h && in_range(w.base_h)));
+    const bool fast_path = __all_sync(0xFFFFFFFFu, lane_ok);
 
     wgmma::wait<0>();
     wgmma::fence_operands(sums_pos);
