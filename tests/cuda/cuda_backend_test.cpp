@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "a4w4/a4w4.h"
@@ -760,10 +761,12 @@ TEST_F(CudaBackend, QuantizeIsBitIdenticalToTheReference) {
   const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
   for (a4w4_dtype dtype : {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16}) {
     for (a4w4_scale_mode mode : {A4W4_SCALE_FLOOR, A4W4_SCALE_RCEIL, A4W4_SCALE_EVEN}) {
-      for (int64_t pad : {0, 3}) {
+      // cols 160: 5 blocks a row, so a warp's 32 blocks cross rows and the last warp is partial;
+      // pad 3: rows off 16-byte alignment (scalar loads and stores).
+      for (const auto& [cols, pad] : {std::pair<int64_t, int64_t>{1024, 0}, {160, 0}, {1024, 3}}) {
         SCOPED_TRACE(std::string(a4w4_dtype_name(dtype)) + " " + a4w4_scale_mode_name(mode) +
-                     " pad " + std::to_string(pad));
-        const int64_t rows = 37, cols = 1024, stride = cols + pad;
+                     " cols " + std::to_string(cols) + " pad " + std::to_string(pad));
+        const int64_t rows = 37, stride = cols + pad;
         const std::vector<float> values = adversarial_floats(rng_, rows * stride);
         std::vector<uint8_t> x(values.size() * dtype_size(dtype));
         for (size_t i = 0; i < values.size(); ++i) {

@@ -26,9 +26,11 @@
 // the next step's 8 are loaded while one is summed). The warps of a CTA (up to 4) and the CTAs of
 // a thread-block cluster (up to 8) cover the chunks of one column tile; the sums are added in a
 // fixed order (warps, then cluster ranks through distributed shared memory), so results do not
-// depend on timing. The column tile (8 to 64 columns) is sized so the grid about fills the
-// resident CTA slots once.
+// depend on timing. The column tile (8 to 128 columns) is sized by a wave model over the clusters
+// that can be resident at once (choose_shape).
 #include <cooperative_groups.h>
+
+#include <atomic>
 
 #include "backends/cuda/cluster_launch.h"
 #include "backends/cuda/cuda_backend.h"
@@ -42,9 +44,9 @@ namespace {
 
 constexpr int kMaxWarps = 4;
 constexpr int kThreads = kMaxWarps * 32;
-constexpr int kMaxTileColumns = 64;  // columns per column tile (CTA), in groups of kCols
-constexpr int kChunkBlocks = 32;     // one block per lane
-constexpr int kMaxClusterCtas = 8;   // portable cluster size
+constexpr int kMaxTileColumns = 128;  // columns per column tile (CTA), in groups of kCols
+constexpr int kChunkBlocks = 32;      // one block per lane
+constexpr int kMaxClusterCtas = 8;    // portable cluster size
 constexpr int64_t kGemvMaxM = 4;
 
 // How a launch cuts the problem (uniform over the grid).
@@ -359,8 +361,38 @@ int ctas_per_sm() {
   return count;
 }
 
-// Warps and cluster CTAs cover the chunks (one each up to 32 chunks); the column tile is as wide
-// as keeps about every resident CTA slot busy in one wave (kCols to 64 columns).
+// How many clusters of `cluster` CTAs of `warps` warps can be resident at once (the GPCs decide
+// where clusters fit, so this is at most, not always, the CTA slots over the cluster size).
+template <int kM, int kCols, bool kPrefetch>
+int resident_clusters(int cluster, int warps, int ordinal) {
+  static std::atomic<int> known[kMaxClusterCtas + 1][kMaxWarps + 1];  // 0: not asked yet
+  int count = known[cluster][warps].load(std::memory_order_relaxed);
+  if (count > 0) return count;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1, static_cast<unsigned>(cluster), 1);
+  config.blockDim = dim3(static_cast<unsigned>(warps * 32), 1, 1);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = static_cast<unsigned>(cluster);
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  if (cudaOccupancyMaxActiveClusters(&count, gemm_gemv_kernel<kM, kCols, kPrefetch>, &config) !=
+          cudaSuccess ||
+      count <= 0) {
+    (void)cudaGetLastError();  // not sticky; fall back to the CTA slots
+    count = ctas_per_sm<kM, kCols, kPrefetch>() * device_info(ordinal).sm_count / cluster;
+    if (count <= 0) count = 1;
+  }
+  known[cluster][warps].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+// Warps and cluster CTAs cover the chunks (one each up to 32 chunks). The column tile's width
+// (groups of kCols columns, up to kMaxTileColumns) minimises waves x (width + a CTA's fixed cost)
+// over the clusters that can be resident at once (bench/RESULTS.md has the measurements); on a
+// tie the wider tile.
 template <int kM, int kCols, bool kPrefetch>
 GemvShape choose_shape(const GemmProblem& p) {
   const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
@@ -368,12 +400,22 @@ GemvShape choose_shape(const GemmProblem& p) {
   shape.warps = static_cast<int>(chunks < kMaxWarps ? chunks : kMaxWarps);
   const int64_t ctas_needed = (chunks + shape.warps - 1) / shape.warps;
   shape.cluster = static_cast<int>(ctas_needed < kMaxClusterCtas ? ctas_needed : kMaxClusterCtas);
-  const int64_t slots =
-      int64_t{ctas_per_sm<kM, kCols, kPrefetch>()} * device_info(p.device.ordinal).sm_count;
-  const int64_t tiles_wanted = slots / shape.cluster > 0 ? slots / shape.cluster : 1;
-  const int64_t groups = (p.n + tiles_wanted * kCols - 1) / (tiles_wanted * kCols);
+  const int64_t resident =
+      resident_clusters<kM, kCols, kPrefetch>(shape.cluster, shape.warps, p.device.ordinal);
   constexpr int kMaxGroups = kMaxTileColumns / kCols;
-  shape.groups = static_cast<int>(groups < 1 ? 1 : groups > kMaxGroups ? kMaxGroups : groups);
+  int64_t best_cost = -1, best_waves = 0;
+  for (int groups = 1; groups <= kMaxGroups; ++groups) {
+    const int64_t tiles = (p.n + int64_t{groups} * kCols - 1) / (int64_t{groups} * kCols);
+    const int64_t waves = (tiles + resident - 1) / resident;
+    // Each CTA also pays a start-up and a reduction, worth about 1.5 groups of streaming (H200:
+    // without it, 4 x 28672 x 8192 took 19 waves of 8-column tiles, 97 us instead of 62).
+    const int64_t cost = waves * (2 * groups + 3);
+    if (best_cost < 0 || cost < best_cost || (cost == best_cost && waves < best_waves)) {
+      best_cost = cost, best_waves = waves;
+      shape.groups = groups;
+    }
+    if (tiles == 1) break;  // wider tiles only add empty columns
+  }
   return shape;
 }
 
