@@ -60,13 +60,12 @@ constexpr int kMaxSplits = 8;  // portable cluster size
 constexpr int kLead = 2;       // weight K tiles loaded ahead into registers
 constexpr int kSkinnyMaxM = 64;
 
-// How the 128 threads share a K tile's activations (kTokens rows x 128). A row's 128 int8 are 8
-// runs of 16 bytes: run (X, half) holds, for Y = 0..3, the four values of word Y's low (half 0) or
-// high (half 1) 16 bits, where word Y of X is element 8 Y.. of block X for a prepared B and
-// element 8 X.. of block Y for a plain one (the K slots of the weights' fragments, slot_byte). A
-// unit of work is one (row, X) pair and kSplit threads share it (Y split), so every warp takes
-// part; kItems units per thread. A unit's thread has the row's 4 block scales (folds them itself)
-// and writes its values with vector stores.
+// How the 128 threads share a K tile's activations (kTokens rows x 128): a unit of work is one
+// (row, block) pair, its 4 words of 8 codes (16 contiguous bytes), and kSplit threads share it
+// (kY words each), so that every warp takes part; kItems units per thread. A unit's thread has the
+// row's 4 block scales (folds the row itself) and writes word q's values where the weights'
+// fragments put them (slot_byte): for a prepared B the words of a block are adjacent (vector
+// stores), for a plain one 32 bytes apart.
 template <int kTokens>
 struct ActivationShare {
   static constexpr int kSplit = kThreads / (kTokens * 4) > 1 ? kThreads / (kTokens * 4) : 1;
@@ -207,29 +206,38 @@ struct ActivationRaw {
   uint32_t scales[Share::kItems];  // the row's 4 block scales (block j in byte j)
 };
 
-// Item i of this thread: its activation row, X and first Y, with what does not change from tile
-// to tile worked out once: where its words and scales come from and where its values go.
+// Item i of this thread: its activation row, block and first word, with what does not change from
+// tile to tile worked out once: where its words and scales come from and where its values go.
 template <int kTokens, bool kPrepared>
 struct ActivationItem {
   using Share = ActivationShare<kTokens>;
-  int row, x, y0;
-  bool present;              // row < M
-  const uint8_t* src;        // its first word in K tile 0 (plain: word x of block y0)
-  const uint8_t* scales;     // the row's scales
-  uint32_t store_offset[2];  // of its 4 * kY value bytes in a slot, halves 0 and 1
+  int row, block, q0;
+  bool present;           // row < M
+  const uint8_t* src;     // its first word in K tile 0
+  const uint8_t* scales;  // the row's scales
+  // Where its values go in a slot: the row's first byte plus the byte within a 16-byte chunk, and
+  // the chunk bits of word q0's half 0 (slot_byte) xor the row's swizzle.
+  uint32_t base, chunk_key;
 
   __device__ void init(const GemmProblem& p, int i) {
     const int unit = static_cast<int>(threadIdx.x) + kThreads * i;
     row = unit / (4 * Share::kSplit);
-    x = (unit / Share::kSplit) % 4;
-    y0 = (unit % Share::kSplit) * Share::kY;
+    block = (unit / Share::kSplit) % 4;
+    q0 = (unit % Share::kSplit) * Share::kY;
     present = row < p.m;
     const int64_t r = present ? row : 0;
-    src = p.a.data + r * p.a.stride_bytes + (kPrepared ? 16 * x + 4 * y0 : 16 * y0 + 4 * x);
+    src = p.a.data + r * p.a.stride_bytes + 16 * block + 4 * q0;
     scales = p.a.scale + r * p.a.scale_stride;
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      store_offset[half] = wgmma::swizzled_offset(row, 32 * x + 16 * half + 4 * y0);
+    const uint32_t first = slot_byte<kPrepared>(block, q0, 0);
+    base = (row / 8) * wgmma::kSwizzleAtomBytes + (row % 8) * wgmma::kSwizzleRowBytes + first % 16;
+    chunk_key = (first & ~15u) ^ ((row % 8) * 16);
+  }
+
+  // Where word q0 + y's values go (half 0: from its low 16 bits, 1: its high 16 bits). The words'
+  // chunk bits do not overlap q0's (q0 + y < 4), so the swizzle (a xor) applies to each part.
+  __device__ __forceinline__ uint32_t offset(int y, int half) const {
+    const uint32_t step = kPrepared ? 16 * half : 32 * y + 16 * half;  // chunk bits from word q0
+    return base + (chunk_key ^ step) + (kPrepared ? 4 * y : 0);
   }
 };
 
@@ -246,37 +254,25 @@ __device__ __forceinline__ void load_activations(
     raw.scales[i] = 0x7F7F7F7Fu;  // rows past M: zeros with scale 127 (fold, factor 1)
     if (!item.present) continue;
     raw.scales[i] = fold::scale_word(item.scales, tile, blocks, scale_words);
-    const uint8_t* src = item.src + 64 * tile;
-    if constexpr (kPrepared) {
-      // Words y0.. of block x: contiguous.
-      if (4 * tile + item.x >= blocks) continue;
-      if constexpr (Share::kY == 4) {
-        if (aligned) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-          raw.words[i][0] = v.x, raw.words[i][1] = v.y, raw.words[i][2] = v.z,
-          raw.words[i][3] = v.w;
-          continue;
-        }
-      } else if constexpr (Share::kY == 2) {
-        if (aligned) {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
-          raw.words[i][0] = v.x, raw.words[i][1] = v.y;
-          continue;
-        }
+    if (4 * tile + item.block >= blocks) continue;
+    const uint8_t* src = item.src + 64 * tile;  // words q0.. of the block: contiguous
+    if constexpr (Share::kY == 4) {
+      if (aligned) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+        raw.words[i][0] = v.x, raw.words[i][1] = v.y, raw.words[i][2] = v.z, raw.words[i][3] = v.w;
+        continue;
       }
-#pragma unroll
-      for (int y = 0; y < Share::kY; ++y)
-        raw.words[i][y] = aligned ? __ldg(reinterpret_cast<const uint32_t*>(src + 4 * y))
-                                  : load_word_bytes(src + 4 * y);
-    } else {
-      // Word x of blocks y0..: 16 bytes apart.
-#pragma unroll
-      for (int y = 0; y < Share::kY; ++y) {
-        if (4 * tile + item.y0 + y >= blocks) continue;
-        raw.words[i][y] = aligned ? __ldg(reinterpret_cast<const uint32_t*>(src + 16 * y))
-                                  : load_word_bytes(src + 16 * y);
+    } else if constexpr (Share::kY == 2) {
+      if (aligned) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+        raw.words[i][0] = v.x, raw.words[i][1] = v.y;
+        continue;
       }
     }
+#pragma unroll
+    for (int y = 0; y < Share::kY; ++y)
+      raw.words[i][y] = aligned ? __ldg(reinterpret_cast<const uint32_t*>(src + 4 * y))
+                                : load_word_bytes(src + 4 * y);
   }
 }
 
@@ -298,29 +294,35 @@ __device__ __forceinline__ void store_activations(
     const uint32_t scales = raw.scales[i];
     // The row folds when its 4 blocks lie within kMaxShift of the smallest and none is NaN.
     const fold::FoldedRow f = fold::fold_row(scales);
+    // One table: every word of the unit is in the same block.
+    const uint32_t shift = f.ok ? (f.shifts >> (8 * item.block)) & 0xFFu : 0u;
+    const uint32_t lo = kMagnitudesLo << shift, hi = kMagnitudesHi << shift;
     uint32_t out[2][Share::kY];
 #pragma unroll
     for (int y = 0; y < Share::kY; ++y) {
-      // The block of word y: x for a prepared B, y0 + y for a plain one.
-      const int block = kPrepared ? item.x : item.y0 + y;
-      const uint32_t shift = f.ok ? (f.shifts >> (8 * block)) & 0xFFu : 0u;
-      const uint32_t lo = kMagnitudesLo << shift, hi = kMagnitudesHi << shift;
       out[0][y] = shifted_s8x4(raw.words[i][y], lo, hi);
       out[1][y] = shifted_s8x4(raw.words[i][y] >> 16, lo, hi);
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      uint8_t* dst = values + item.store_offset[half];
-      if constexpr (Share::kY == 4) {
-        *reinterpret_cast<uint4*>(dst) =
-            make_uint4(out[half][0], out[half][1], out[half][2], out[half][3]);
-      } else if constexpr (Share::kY == 2) {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(out[half][0], out[half][1]);
+      if constexpr (kPrepared) {
+        // Words q0.. of a block are adjacent: one vector store per half.
+        uint8_t* dst = values + item.offset(0, half);
+        if constexpr (Share::kY == 4) {
+          *reinterpret_cast<uint4*>(dst) =
+              make_uint4(out[half][0], out[half][1], out[half][2], out[half][3]);
+        } else if constexpr (Share::kY == 2) {
+          *reinterpret_cast<uint2*>(dst) = make_uint2(out[half][0], out[half][1]);
+        } else {
+          *reinterpret_cast<uint32_t*>(dst) = out[half][0];
+        }
       } else {
-        *reinterpret_cast<uint32_t*>(dst) = out[half][0];
+#pragma unroll
+        for (int y = 0; y < Share::kY; ++y)
+          *reinterpret_cast<uint32_t*>(values + item.offset(y, half)) = out[half][y];
       }
     }
-    if (item.x == 0 && item.y0 == 0) {
+    if (item.block == 0 && item.q0 == 0) {
       // The exponent e of each block's stored values (value * 2^(e - 128)) and the row's factor.
       exponents[item.row] = f.ok ? f.base * 0x01010101u : scales;
       factor[item.row] = __uint_as_float(f.ok ? f.base << 23 : 0u);
