@@ -120,6 +120,17 @@ __device__ __forceinline__ uint32_t load_word_bytes(const uint8_t* src) {
          static_cast<uint32_t>(src[2]) << 16 | static_cast<uint32_t>(src[3]) << 24;
 }
 
+// 16 bytes of a plain weight row, asking L2 to fetch the 256 bytes around them: a K tile takes only
+// 64 bytes of each of its 64 rows, and the row's next tiles follow, so DRAM sees whole 256-byte
+// runs instead of 64-byte pieces of many rows.
+__device__ __forceinline__ uint4 load_row_run(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // This lane's raw share of one weight K tile: 16 bytes of codes for rows g and g + 8 and their
 // 4 block scales (block j in byte j).
 struct WeightRaw {
@@ -173,10 +184,8 @@ struct WeightSource {
       const int t = threadIdx.x % 4;
       const bool present = 4 * tile + t < blocks;
       const size_t offset = size_t(tile) * 64;
-      w.g = present ? __ldg(reinterpret_cast<const uint4*>(codes[0] + offset))
-                    : make_uint4(0, 0, 0, 0);
-      w.h = present ? __ldg(reinterpret_cast<const uint4*>(codes[1] + offset))
-                    : make_uint4(0, 0, 0, 0);
+      w.g = present ? load_row_run(codes[0] + offset) : make_uint4(0, 0, 0, 0);
+      w.h = present ? load_row_run(codes[1] + offset) : make_uint4(0, 0, 0, 0);
       w.scales_g = fold::scale_word(scales[0], tile, blocks, words);
       w.scales_h = fold::scale_word(scales[1], tile, blocks, words);
     }
