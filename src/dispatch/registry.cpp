@@ -36,11 +36,11 @@ constexpr std::array kGemmKernels = {
                0, 1.0, "none (the exact reference, the oracle of the tests and the tuner)",
                always_applicable, cpu::reference_gemm},
 #if A4W4_WITH_CUDA
-    // M <= 4 on a plain B: sizes its own grid (cluster over K chunks, column tiles to fill the
+    // M <= 4: sizes its own grid (cluster over K chunks, column tiles to fill the
     // SMs), so no tile_n; tile_m 4 makes its fill M / 4 against cuda.decode's M / 8.
     GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 1, false, false,
-               1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows", cuda::gemm_gemv_why_not,
-               cuda::gemm_gemv},
+               1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows, or a prepared B",
+               cuda::gemm_gemv_why_not, cuda::gemm_gemv},
     // M padded to 8, 16, 32 or 64 activation rows; 64-column tiles; its own split of K over a
     // cluster (auto_split_k). tile_m 16 and speed 7.9 rank it below cuda.decode for M <= 8 (where
     // cuda.decode is as fast or faster on a prepared B: bench/RESULTS.md) and above it from M = 9.

@@ -406,6 +406,19 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
     run_case(ctx_, rng_,
              GemmCase{1, 20000, k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, false, 0,
                       "cuda.gemv", 0});
+  // A prepared B (four 4-byte loads per block from the layout's lane runs): every M, K with a
+  // partial last 128-K tile (96, 4160), ragged N (an 8-row group past N, a 16-row tile half used),
+  // wide and narrow scales.
+  v = 0;
+  for (int64_t m : {1, 2, 3, 4})
+    for (int64_t k : {96, 1024, 4160})
+      for (int scales : {kTileLocalScales, kWideScales}) {
+        run_case(ctx_, rng_,
+                 GemmCase{m, v % 2 == 0 ? 1003 : 72, k, outs[v % 3], v % 2 == 1, v % 3 != 2, scales,
+                          true, 0, "cuda.gemv", v % 4 == 0 ? 32 : 0});
+        if (HasFatalFailure()) return;
+        ++v;
+      }
   // Column tiles with more sums than the CTA has threads (one or three warps: K of 3 and 90
   // blocks).
   for (int64_t m : {1, 3, 4})

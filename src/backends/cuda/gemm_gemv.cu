@@ -1,6 +1,6 @@
-// The GEMV family (M <= 4, plain B): streams the FP4 weight B once, each lane owning whole 32-wide
-// blocks, and sums every block exactly with integer dot products (dp4a) — no tensor cores, no
-// shared-memory staging of B. sm_90 (thread-block clusters reduce the K chunks).
+// The GEMV family (M <= 4, plain or prepared B): streams the FP4 weight B once, each lane owning
+// whole 32-wide blocks, and sums every block exactly with integer dot products (dp4a) — no tensor
+// cores, no shared-memory staging of B. sm_90 (thread-block clusters reduce the K chunks).
 //
 // Why not the decode kernel's int8 MMAs at M <= 4: an MMA's fragments scatter every lane over
 // several rows and blocks, so every 8 weights need their own scale bookkeeping; here a lane reads
@@ -38,6 +38,7 @@
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/int8_fold.cuh"
 #include "backends/cuda/sm90_family.cuh"
+#include "numerics/weight_layout.h"
 
 namespace a4w4::cuda {
 namespace {
@@ -169,9 +170,32 @@ struct GroupLoad {
   uint32_t scales[kCols];
 };
 
-template <int kCols>
+template <int kCols, bool kPrepared>
 __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0, int columns,
                                            int64_t block, GroupLoad<kCols>& load) {
+  if constexpr (kPrepared) {
+    // numerics/weight_layout.h: the 16 bytes of block b of row n are the words b % 4 of the four
+    // 32-byte lane runs (n % 8) * 4 + piece of tile (n / 16, b / 4), in its half (n / 8) % 2:
+    // four 4-byte loads 32 bytes apart. column0 is a multiple of 8, so the group's 8 rows share
+    // the tile and the half, 128 bytes (and 8 scale bytes) apart. The other half of each 32-byte
+    // run is the next group's, read by this warp a step later (L1 or L2 hits).
+    const int64_t tile = (column0 / 16) * layout::k_tiles(p.k) + block / 4;
+    const uint8_t* weights =
+        p.b.data + tile * layout::kTileBytes + ((column0 / 8) % 2) * 16 + (block % 4) * 4;
+    const uint8_t* scales =
+        p.b.scale + tile * layout::kTileScaleBytes + ((column0 / 8) % 2) * 4 + block % 4;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      load.weights[c] = make_uint4(0, 0, 0, 0);
+      load.scales[c] = 127;
+      if (c < columns) {
+        const auto* run = reinterpret_cast<const uint32_t*>(weights + c * 128);
+        load.weights[c] = make_uint4(__ldg(run), __ldg(run + 8), __ldg(run + 16), __ldg(run + 24));
+        load.scales[c] = __ldg(scales + c * 8);
+      }
+    }
+    return;
+  }
   // Running pointers: one 64-bit add per column instead of a multiply.
   const uint8_t* weight_row = p.b.data + column0 * p.b.stride_bytes + block * 16;
   const uint8_t* scale_row = p.b.scale + column0 * p.b.scale_stride + block;
@@ -216,8 +240,15 @@ __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
   }
 }
 
-template <int kM, int kCols, bool kPrefetch>
-__global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, GemvShape shape) {
+// CTAs per SM as a bound: the register budgets the plain-B kernels reached when unbounded (96 at
+// M = 1, 128 at M = 1 loading ahead and at M = 2, 168 at M = 4), which the prepared-B loads (four
+// 4-byte words a block) would otherwise exceed (242 at M = 4).
+template <int kM, bool kPrefetch, bool kPrepared>
+inline constexpr int kGemvCtasPerSm = kM == 4 ? 3 : (kM == 1 && !kPrefetch && !kPrepared ? 5 : 4);
+
+template <int kM, int kCols, bool kPrefetch, bool kPrepared>
+__global__ void __launch_bounds__(kThreads, kGemvCtasPerSm<kM, kPrefetch, kPrepared>)
+    gemm_gemv_kernel(GemmProblem p, GemvShape shape) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   constexpr int kEntries = kCols * kM;  // per lane and column group
@@ -248,8 +279,8 @@ __global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, Gemv
   };
   auto load_step = [&](int step, GroupLoad<kCols>& load) {
     const int64_t block = step_block(step);
-    load_group<kCols>(p, tile_column0 + int64_t{step / my_chunks} * kCols,
-                      step_columns(step, block), block, load);
+    load_group<kCols, kPrepared>(p, tile_column0 + int64_t{step / my_chunks} * kCols,
+                                 step_columns(step, block), block, load);
   };
 
   // With kPrefetch, the step loaded ahead; the first is requested before the activations, so that
@@ -350,12 +381,12 @@ __global__ void __launch_bounds__(kThreads) gemm_gemv_kernel(GemmProblem p, Gemv
 #endif
 }
 
-template <int kM, int kCols, bool kPrefetch>
+template <int kM, int kCols, bool kPrefetch, bool kPrepared>
 int ctas_per_sm() {
   static const int count = [] {
     int blocks = 1;
     const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, gemm_gemv_kernel<kM, kCols, kPrefetch>, kThreads, 0);
+        &blocks, gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared>, kThreads, 0);
     return status == cudaSuccess && blocks > 0 ? blocks : 1;
   }();
   return count;
@@ -363,7 +394,7 @@ int ctas_per_sm() {
 
 // How many clusters of `cluster` CTAs of `warps` warps can be resident at once (the GPCs decide
 // where clusters fit, so this is at most, not always, the CTA slots over the cluster size).
-template <int kM, int kCols, bool kPrefetch>
+template <int kM, int kCols, bool kPrefetch, bool kPrepared>
 int resident_clusters(int cluster, int warps, int ordinal) {
   static std::atomic<int> known[kMaxClusterCtas + 1][kMaxWarps + 1];  // 0: not asked yet
   int count = known[cluster][warps].load(std::memory_order_relaxed);
@@ -378,11 +409,12 @@ int resident_clusters(int cluster, int warps, int ordinal) {
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&count, gemm_gemv_kernel<kM, kCols, kPrefetch>, &config) !=
-          cudaSuccess ||
+  if (cudaOccupancyMaxActiveClusters(&count, gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared>,
+                                     &config) != cudaSuccess ||
       count <= 0) {
     (void)cudaGetLastError();  // not sticky; fall back to the CTA slots
-    count = ctas_per_sm<kM, kCols, kPrefetch>() * device_info(ordinal).sm_count / cluster;
+    count =
+        ctas_per_sm<kM, kCols, kPrefetch, kPrepared>() * device_info(ordinal).sm_count / cluster;
     if (count <= 0) count = 1;
   }
   known[cluster][warps].store(count, std::memory_order_relaxed);
@@ -393,15 +425,15 @@ int resident_clusters(int cluster, int warps, int ordinal) {
 // (groups of kCols columns, up to kMaxTileColumns) minimises waves x (width + a CTA's fixed cost)
 // over the clusters that can be resident at once (bench/RESULTS.md has the measurements); on a
 // tie the wider tile.
-template <int kM, int kCols, bool kPrefetch>
+template <int kM, int kCols, bool kPrefetch, bool kPrepared>
 GemvShape choose_shape(const GemmProblem& p) {
   const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
   GemvShape shape{};
   shape.warps = static_cast<int>(chunks < kMaxWarps ? chunks : kMaxWarps);
   const int64_t ctas_needed = (chunks + shape.warps - 1) / shape.warps;
   shape.cluster = static_cast<int>(ctas_needed < kMaxClusterCtas ? ctas_needed : kMaxClusterCtas);
-  const int64_t resident =
-      resident_clusters<kM, kCols, kPrefetch>(shape.cluster, shape.warps, p.device.ordinal);
+  const int64_t resident = resident_clusters<kM, kCols, kPrefetch, kPrepared>(
+      shape.cluster, shape.warps, p.device.ordinal);
   constexpr int kMaxGroups = kMaxTileColumns / kCols;
   int64_t best_cost = -1, best_waves = 0;
   for (int groups = 1; groups <= kMaxGroups; ++groups) {
@@ -419,15 +451,32 @@ GemvShape choose_shape(const GemmProblem& p) {
   return shape;
 }
 
-template <int kM, int kCols, bool kPrefetch>
+template <int kM, int kCols, bool kPrefetch, bool kPrepared>
 void launch(const GemmProblem& p) {
-  const GemvShape shape = choose_shape<kM, kCols, kPrefetch>(p);
+  const GemvShape shape = choose_shape<kM, kCols, kPrefetch, kPrepared>(p);
   const int64_t tile_columns = int64_t{shape.groups} * kCols;
-  launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch>,
+  launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared>,
                         static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
                         static_cast<unsigned>(shape.cluster),
                         static_cast<unsigned>(shape.warps * 32), 0, p.stream,
                         "gemm_gemv_kernel launch", p, shape);
+}
+
+// At M = 1, where registers are to spare, the next step's weights are loaded ahead when a warp
+// has three steps or more (H200: 1 x 28672 x 8192 in 37.1 us instead of 40.1; with fewer, its 128
+// registers mostly cost occupancy: 1 x 5120 x 2880 took 6.0 us instead of 5.0, 1 x 5760 x 2880
+// with 2 steps 6.2 instead of 5.4). Loading ahead was slower at M = 2 and at 4 x 28672 x 8192,
+// and 16 columns per step instead of 8 slower at M = 1 and 2 (bench/RESULTS.md).
+template <bool kPrepared>
+void launch_for_m(const GemmProblem& p) {
+  if (p.m == 1) {
+    // (Not on a prepared B: its four loads a block leave no registers for a second step.)
+    if constexpr (!kPrepared)
+      if (choose_shape<1, 8, false, kPrepared>(p).groups >= 3) return launch<1, 8, true, false>(p);
+    return launch<1, 8, false, kPrepared>(p);
+  }
+  if (p.m == 2) return launch<2, 8, false, kPrepared>(p);
+  launch<4, 8, false, kPrepared>(p);
 }
 
 }  // namespace
@@ -439,26 +488,19 @@ std::string gemm_gemv_why_not(const GemmProblem& p) {
     return "M = " + std::to_string(p.m) + " is above the GEMV limit of " +
            std::to_string(kGemvMaxM);
   if (p.split_k > 1) return "it takes no split_k (its K chunks are summed in a fixed order)";
-  if (p.b.layout != A4W4_LAYOUT_PLAIN)
-    return "it reads a plain B (whole 16-byte blocks per lane), not a prepared one";
-  if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0)
-    return "B must start on 16 bytes with a row stride that is a multiple of 32 elements";
+  if (p.b.layout == A4W4_LAYOUT_PLAIN) {
+    if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0)
+      return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
+  } else if (reinterpret_cast<uintptr_t>(p.b.data) % 4 != 0) {
+    return "a prepared B must start on 4 bytes";
+  }
   return {};
 }
 
 void gemm_gemv(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
-  // At M = 1, where registers are to spare, the next step's weights are loaded ahead when a warp
-  // has three steps or more (H200: 1 x 28672 x 8192 in 37.1 us instead of 40.1; with fewer, its 128
-  // registers mostly cost occupancy: 1 x 5120 x 2880 took 6.0 us instead of 5.0, 1 x 5760 x 2880
-  // with 2 steps 6.2 instead of 5.4). Loading ahead was slower at M = 2 and at 4 x 28672 x 8192,
-  // and 16 columns per step instead of 8 slower at M = 1 and 2 (bench/RESULTS.md).
-  if (p.m == 1) {
-    if (choose_shape<1, 8, false>(p).groups >= 3) return launch<1, 8, true>(p);
-    return launch<1, 8, false>(p);
-  }
-  if (p.m == 2) return launch<2, 8, false>(p);
-  launch<4, 8, false>(p);
+  if (p.b.layout == A4W4_LAYOUT_PLAIN) return launch_for_m<false>(p);
+  launch_for_m<true>(p);
 }
 
 }  // namespace a4w4::cuda
