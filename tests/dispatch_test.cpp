@@ -321,6 +321,27 @@ TEST(Heuristic, RanksFamiliesByMetadata) {
   }
 }
 
+TEST(Heuristic, RanksByTheSpeedOnBsLayout) {
+  // A kernel faster on a prepared B (t.prepared_fast: 2.8 plain, 4.0 prepared) against one about
+  // as fast on both (t.even: 7.3 / 7.9, with tiles of 16 rows): at M = 8 the first wins on a
+  // prepared B only (4.0 * 8/8 against 7.9 * 8/16), the second on a plain one.
+  constexpr GemmKernel kLayouts[] = {
+      {"t.even", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true, true, 1, 64, 7.3,
+       "", applies, no_run, 7.9},
+      {"t.prepared_fast", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true, 1,
+       64, 2.8, "", applies, no_run, 4.0},
+  };
+  GemmProblem p = problem(8, 8192, 8192, 0, a4w4_cuda(0));
+  EXPECT_STREQ(a4w4::heuristic_choice(p, A4W4_BACKEND_CUDA, kLayouts, 132).kernel->name, "t.even");
+  p.b.layout = A4W4_LAYOUT_PREPARED_V1;
+  EXPECT_STREQ(a4w4::heuristic_choice(p, A4W4_BACKEND_CUDA, kLayouts, 132).kernel->name,
+               "t.prepared_fast");
+  // Without a prepared speed, a kernel's speed is the same on both.
+  EXPECT_DOUBLE_EQ(
+      a4w4::heuristic_score(kFamilies[0], p, 0, 132),
+      a4w4::heuristic_score(kFamilies[0], problem(8, 8192, 8192, 0, a4w4_cuda(0)), 0, 132));
+}
+
 TEST(Heuristic, SplitsTallKSmallMnToFillAWave) {
   const GemmKernel& fp8 = kFamilies[1];
   // 1 x 2 tiles on 132 SMs, 256 K blocks: split up to the kernel's limit of 16.

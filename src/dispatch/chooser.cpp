@@ -54,7 +54,10 @@ double heuristic_score(const GemmKernel& kernel, const GemmProblem& problem, int
         tile_count(kernel, problem) * (kernel.split_k_parallel ? std::max(split, 1) : 1);
     waves = static_cast<double>(ctas) / static_cast<double>(ceil_div(ctas, sm_count) * sm_count);
   }
-  return kernel.speed * fill * waves;
+  const double speed = problem.b.layout != A4W4_LAYOUT_PLAIN && kernel.prepared_b_speed > 0
+                           ? kernel.prepared_b_speed
+                           : kernel.speed;
+  return speed * fill * waves;
 }
 
 GemmChoice heuristic_choice(const GemmProblem& problem, a4w4_backend backend,

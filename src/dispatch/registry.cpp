@@ -37,23 +37,25 @@ constexpr std::array kGemmKernels = {
                always_applicable, cpu::reference_gemm},
 #if A4W4_WITH_CUDA
     // M <= 4: sizes its own grid (cluster over K chunks, column tiles to fill the
-    // SMs), so no tile_n; tile_m 4 makes its fill M / 4 against cuda.decode's M / 8.
+    // SMs), so no tile_n; tile_m 4 makes its fill M / 4 against cuda.decode's M / 8. The speeds on
+    // a plain and a prepared B (here and below) follow the H200's ratios (bench/RESULTS.md): gemv
+    // 1.45x faster on a plain B, decode 1.45x faster on a prepared one, skinny 1.0-1.1x.
     GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 1, false, false,
                1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows, or a prepared B",
-               cuda::gemm_gemv_why_not, cuda::gemm_gemv},
+               cuda::gemm_gemv_why_not, cuda::gemm_gemv, 11.0},
     // M padded to 8, 16, 32 or 64 activation rows; 64-column tiles; its own split of K over a
-    // cluster (auto_split_k). tile_m 16 and speed 7.9 rank it below cuda.decode for M <= 8 (where
-    // cuda.decode is as fast or faster on a prepared B: bench/RESULTS.md) and above it from M = 9.
+    // cluster (auto_split_k). tile_m 16 ranks it below cuda.decode for M <= 8 on a prepared B
+    // (where cuda.decode is a little faster: bench/RESULTS.md), above it everywhere else.
     GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
-               true, 1, 64, 7.9,
+               true, 1, 64, 7.3,
                "sm_90a; plain B with 16-byte aligned rows or a prepared B (16-byte aligned, "
                "scales 8-byte aligned); any K % 32 == 0",
-               cuda::gemm_skinny_why_not, cuda::gemm_skinny},
+               cuda::gemm_skinny_why_not, cuda::gemm_skinny, 7.9},
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
-               1, 64, 4.0,
+               1, 64, 2.8,
                "sm_90; prepared B 16-byte aligned, or plain B with 16-byte aligned rows, "
                "K % 128 == 0 and 4-byte aligned scale rows",
-               cuda::gemm_decode_why_not, cuda::gemm_decode},
+               cuda::gemm_decode_why_not, cuda::gemm_decode, 4.0},
     // Wide tiles convert fewer A rows per MMA (faster when the tiles fill the GPU); narrow ones
     // leave fewer SMs idle on small problems. The heuristic weighs speed by tile fill and waves.
     GemmKernel{"cuda.bf16_128x256", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 256, 64, 1,

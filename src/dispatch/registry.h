@@ -31,6 +31,9 @@ struct GemmKernel {
   // checks (M range, split_k) come first, in kernel_why_not.
   std::string (*why_not)(const GemmProblem& problem);
   void (*run)(const GemmProblem& problem, const ExecConfig& exec);
+  // `speed` on a prepared B, for kernels whose main loop runs at another speed on one (0: the
+  // same as `speed`, which is then the speed on a plain B).
+  double prepared_b_speed = 0.0;
 };
 
 std::span<const GemmKernel> gemm_kernels();
