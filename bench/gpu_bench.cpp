@@ -371,9 +371,16 @@ std::vector<GpuBenchRow> run_gpu_gemm_bench(
     row.floor_us = 1e6 * std::max(row.bytes / kHbmBytesPerSecond, row.flops / kFp4PeakFlops);
     const bool prepared = options.prepared_weights;
     if (prepared) row.a4w4_us = time_a4w4(s, options, facts, ctx, stream.get(), true, &row.kernel);
-    if (options.plain_weights || !prepared)
-      row.a4w4_plain_us = time_a4w4(s, options, facts, ctx, stream.get(), false,
-                                    prepared ? nullptr : &row.kernel);
+    if (options.plain_weights || !prepared) {
+      std::string plain_kernel;
+      row.a4w4_plain_us = time_a4w4(s, options, facts, ctx, stream.get(), false, &plain_kernel);
+      // Where the layouts get different kernels, the column names both (the prepared B's first).
+      if (!prepared) {
+        row.kernel = plain_kernel;
+      } else if (plain_kernel != row.kernel) {
+        row.kernel += "; plain B: " + plain_kernel;
+      }
+    }
     if (options.compare_heuristic) {
       // The same kernel and split as the chosen one is the same configuration: its one timing
       // serves both (timing it twice would only measure noise).
@@ -449,8 +456,8 @@ std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDev
         "| {}×{}×{} | {}{} | {} | {} | {} | {:.1f} | {:.0f} | {:.0f}% | {:.1f} | {} | {} | {} | {} "
         "|\n",
         r.shape.m, r.shape.n, r.shape.k, r.shape.label, r.notes, r.kernel, opt(r.a4w4_us),
-        opt(r.a4w4_plain_us), r.flops / (best * 1e-6) / 1e12, gbps, 100.0 * gbps / facts.copy_gbps, r.floor_us,
-        opt(r.cublas_bf16_us), opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us),
+        opt(r.a4w4_plain_us), r.flops / (best * 1e-6) / 1e12, gbps, 100.0 * gbps / facts.copy_gbps,
+        r.floor_us, opt(r.cublas_bf16_us), opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us),
         ratio(r.cublaslt_fp8_us));
   }
   if (std::any_of(rows.begin(), rows.end(),
