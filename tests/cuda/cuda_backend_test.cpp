@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -879,7 +880,7 @@ TEST_F(CudaBackend, StreamsAndGraphCapture) {
   // replayed, gives the same bits both ways.
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (const char* kernel : {"cuda.decode", "cuda.generic"}) {
+  for (const char* kernel : {"cuda.decode", "cuda.generic", "cuda.skinny"}) {
     a4w4_gemm_options options;
     a4w4_gemm_options_init(&options);
     options.kernel = kernel;
@@ -899,6 +900,71 @@ TEST_F(CudaBackend, StreamsAndGraphCapture) {
     for (int replay = 0; replay < 3; ++replay) CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     EXPECT_EQ(d2.download<float>(m * n), d1.download<float>(m * n)) << kernel;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(CudaBackend, DependentCallsBackToBackAndInAGraph) {
+  // cuda.gemv and cuda.skinny in a chain D_i+1 = A.B^T + D_i (beta = 1, C = the previous call's
+  // D), run back to back and as a captured graph, equal the same chain with the stream
+  // synchronized after each call (each call reads what the previous one wrote).
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t n = 1000, k = 4096;
+  constexpr int kChain = 12;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const auto& [kernel, m] :
+       {std::pair<const char*, int64_t>{"cuda.gemv", 2}, {"cuda.skinny", 8}}) {
+    SCOPED_TRACE(kernel);
+    const Packed a = random_packed(rng_, m, k, 0, kTileLocalScales, 0);
+    const Packed b = random_packed(rng_, n, k, 0, kTileLocalScales, 0);
+    DeviceBuffer ga(a.data.size()), gas(a.scales.size()), gb(b.data.size()), gbs(b.scales.size());
+    ga.upload(a.data), gas.upload(a.scales), gb.upload(b.data), gbs.upload(b.scales);
+    const a4w4_tensor ta = tensor(ga.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+    const a4w4_tensor tas = tensor(gas.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+    const a4w4_tensor tb = tensor(gb.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+    const a4w4_tensor tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+    a4w4_gemm_options options;
+    a4w4_gemm_options_init(&options);
+    options.kernel = kernel;
+    options.beta = 1.0f;
+    const size_t bytes = static_cast<size_t>(m * n) * 4;
+    std::vector<std::unique_ptr<DeviceBuffer>> d;
+    for (int i = 0; i <= kChain; ++i) d.push_back(std::make_unique<DeviceBuffer>(bytes));
+    // Call i reads D_i as C and writes D_i+1; D_0 = 0.
+    const auto chain = [&](bool synchronize) {
+      CUDA_OK(cudaMemsetAsync(d[0]->get(), 0, bytes, stream));
+      for (int i = 0; i < kChain; ++i) {
+        const a4w4_tensor tc = tensor(d[i]->get(), A4W4_DTYPE_F32, m, n, n, gpu);
+        const a4w4_tensor td = tensor(d[i + 1]->get(), A4W4_DTYPE_F32, m, n, n, gpu);
+        ASSERT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, &tc, nullptr, &td, &options, stream),
+                  A4W4_SUCCESS)
+            << a4w4_last_error_message();
+        if (synchronize) {
+          CUDA_OK(cudaStreamSynchronize(stream));
+        }
+      }
+    };
+    chain(true);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<float> expected = d[kChain]->download<float>(static_cast<size_t>(m * n));
+    CUDA_OK(cudaMemset(d[kChain]->get(), 0, bytes));
+    chain(false);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(d[kChain]->download<float>(static_cast<size_t>(m * n)), expected) << "back to back";
+    CUDA_OK(cudaMemset(d[kChain]->get(), 0, bytes));
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    chain(false);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    if (HasFatalFailure()) return;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(d[kChain]->download<float>(static_cast<size_t>(m * n)), expected) << "graph";
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
