@@ -55,9 +55,11 @@ __device__ __forceinline__ uint32_t signed_s8x4(uint32_t positive, uint32_t nega
 }
 
 // Four E2M1 codes (nibble i of the low 16 bits is element i; higher bits are ignored) -> four int8
-// holding 2 * value (0x8, -0, gives 0).
-__device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes) {
-  return signed_s8x4(e2m1x4_positive_part(codes), e2m1x4_positive_part(codes ^ 0x8888u));
+// holding 2 * value (0x8, -0, gives 0), or 2 * value * 2^d with the magnitude table shifted by d
+// (lo, hi: kMagnitudesLo << d, kMagnitudesHi << d; d <= 3 keeps every byte below the sign bit).
+__device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes, uint32_t lo = kMagnitudesLo,
+                                                   uint32_t hi = kMagnitudesHi) {
+  return signed_s8x4(permute(lo, hi, codes), permute(lo, hi, codes ^ 0x8888u));
 }
 
 // Four E2M1 codes (the low 16 bits; higher bits are ignored) -> four FP8 e4m3 bytes of the same

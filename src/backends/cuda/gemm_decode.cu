@@ -69,7 +69,7 @@ constexpr int kSlotBytes = (1024 + 64) * kGroupCount;
 // with the int8 wgmma family: int8_fold.cuh; the magnitude tables with every int8 conversion:
 // device_common.cuh.
 using fold::fold_row, fold::FoldedRow, fold::fp32_accumulation_safe, fold::kMaxShift,
-    fold::tile_sum_to_float;
+    fold::tile_sum_to_float, fold::weight_block, fold::WeightBlock;
 
 // Activation staging, per number of 8-row activation tiles: a chunk of K tiles is converted once
 // per CTA (fewer tiles per chunk for large M keeps two CTAs per SM). Each warp converts whole
@@ -123,30 +123,6 @@ __device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4]
 #else
   __trap();
 #endif
-}
-
-// Weight operands of one block: w+ and w- of rows g and g + 8 in MMA fragment order, from the two
-// words of packed codes and the (possibly shifted) magnitude table.
-struct WeightBlock {
-  uint32_t positive[4], negative[4];
-};
-__device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo, uint32_t table_hi,
-                                          uint32_t& pos_first, uint32_t& pos_second,
-                                          uint32_t& neg_first, uint32_t& neg_second) {
-  const uint32_t flipped = codes ^ 0x88888888u;
-  pos_first = permute(table_lo, table_hi, codes);
-  pos_second = permute(table_lo, table_hi, codes >> 16);
-  neg_first = permute(table_lo, table_hi, flipped);
-  neg_second = permute(table_lo, table_hi, flipped >> 16);
-}
-__device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h,
-                                                    uint32_t shift_g, uint32_t shift_h) {
-  WeightBlock w;
-  split_row(row_g, kMagnitudesLo << shift_g, kMagnitudesHi << shift_g, w.positive[0], w.positive[2],
-            w.negative[0], w.negative[2]);
-  split_row(row_h, kMagnitudesLo << shift_h, kMagnitudesHi << shift_h, w.positive[1], w.positive[3],
-            w.negative[1], w.negative[3]);
-  return w;
 }
 
 // The activation blocks this thread converts in one chunk, held in registers between their loads

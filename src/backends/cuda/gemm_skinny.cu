@@ -108,12 +108,6 @@ __device__ __forceinline__ int slot_byte(int block, int q, int half) {
   return kPrepared ? 32 * block + 16 * half + 4 * q : 32 * q + 16 * half + 4 * block;
 }
 
-// Four E2M1 codes (low 16 bits) -> four int8 2 * value * 2^d, from the magnitude table shifted by
-// d (lo, hi): the positive and negative parts by PRMT's sign mode, then w+ - w-.
-__device__ __forceinline__ uint32_t shifted_s8x4(uint32_t codes, uint32_t lo, uint32_t hi) {
-  return signed_s8x4(permute(lo, hi, codes), permute(lo, hi, codes ^ 0x8888u));
-}
-
 // Four bytes at src (any alignment) as a little-endian word.
 __device__ __forceinline__ uint32_t load_word_bytes(const uint8_t* src) {
   return static_cast<uint32_t>(src[0]) | static_cast<uint32_t>(src[1]) << 8 |
@@ -143,13 +137,13 @@ template <bool kPrepared>
 struct WeightSource {
   const uint8_t* codes[2];   // plain: rows g, g + 8 at their block t; prepared: the group's tile 0
   const uint8_t* scales[2];  // plain: the rows' scale rows; prepared: the group's tile 0 scales
-  int blocks, tiles;
+  int blocks;
   bool words;  // plain: 4-byte scale loads
 
   __device__ WeightSource(const GemmProblem& p, int64_t row0) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     blocks = static_cast<int>(p.k / 32);
-    tiles = static_cast<int>(layout::k_tiles(p.k));
+    const int tiles = static_cast<int>(layout::k_tiles(p.k));
     const int64_t warp_row0 = row0 + 16 * (threadIdx.x / 32);
     if constexpr (kPrepared) {
       // A group past N reads the last group (its sums are never stored).
@@ -309,8 +303,8 @@ __device__ __forceinline__ void store_activations(
     uint32_t out[2][Share::kY];
 #pragma unroll
     for (int y = 0; y < Share::kY; ++y) {
-      out[0][y] = shifted_s8x4(raw.words[i][y], lo, hi);
-      out[1][y] = shifted_s8x4(raw.words[i][y] >> 16, lo, hi);
+      out[0][y] = e2m1x4_to_s8x4(raw.words[i][y], lo, hi);
+      out[1][y] = e2m1x4_to_s8x4(raw.words[i][y] >> 16, lo, hi);
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -350,32 +344,18 @@ __device__ __forceinline__ void store_activations(
   }
 }
 
-// The weight fragments of one K tile folded by each row's shifts, as unsigned magnitudes: the
-// positive part w+ (pos[q]: wgmma q's four registers) and the negative part w- (neg[q]), from one
-// PRMT each per four codes (its sign mode gives 0 for the other sign); the MMAs sum w+ . a and
-// w- . a into two accumulator sets whose difference is the tile sum. Also whether this lane's
-// rows fold, and their bases (for the fp32 range check).
+// The weight fragments of one K tile folded by each row's shifts: word q's w+ and w- of rows g and
+// g + 8 (fold::weight_block, wgmma q's registers); the MMAs sum w+ . a and w- . a into two
+// accumulator sets whose difference is the tile sum. Also whether this lane's rows fold, and their
+// bases (for the fp32 range check).
 struct WeightTile {
-  uint32_t pos[4][4], neg[4][4];
+  fold::WeightBlock words[4];
   uint32_t base_g, base_h;
   bool ok_g, ok_h;
 };
 
-// One word of 8 codes of a row (element i in nibble i) -> its two fragment registers of w+ and
-// of w- (elements 0..3, then 4..7) with the magnitude table shifted by the block's d.
-__device__ __forceinline__ void split_word(uint32_t codes, uint32_t shift, uint32_t& pos_first,
-                                           uint32_t& pos_second, uint32_t& neg_first,
-                                           uint32_t& neg_second) {
-  const uint32_t lo = kMagnitudesLo << shift, hi = kMagnitudesHi << shift;
-  const uint32_t flipped = codes ^ 0x88888888u;
-  pos_first = permute(lo, hi, codes);
-  pos_second = permute(lo, hi, codes >> 16);
-  neg_first = permute(lo, hi, flipped);
-  neg_second = permute(lo, hi, flipped >> 16);
-}
-
-// kSigned (the 64-row activation tiles, where registers do not hold two accumulator sets): pos
-// holds the signed values w+ - w- instead, one MMA per K slice.
+// kSigned (the 64-row activation tiles, where registers do not hold two accumulator sets): the
+// positive registers hold the signed values w+ - w- instead, one MMA per K slice.
 template <bool kPrepared, bool kSigned>
 __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
   const fold::FoldedRow fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
@@ -389,12 +369,12 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
   for (int q = 0; q < 4; ++q) {
     // The block of word q: q for a prepared B, the lane's block t for a plain one.
     const int block = kPrepared ? q : t;
-    const uint32_t dg = (fg.shifts >> (8 * block)) & 0xFFu, dh = (fh.shifts >> (8 * block)) & 0xFFu;
-    split_word(words_g[q], dg, tile.pos[q][0], tile.pos[q][2], tile.neg[q][0], tile.neg[q][2]);
-    split_word(words_h[q], dh, tile.pos[q][1], tile.pos[q][3], tile.neg[q][1], tile.neg[q][3]);
+    fold::WeightBlock& b = tile.words[q];
+    b = fold::weight_block(words_g[q], words_h[q], (fg.shifts >> (8 * block)) & 0xFFu,
+                           (fh.shifts >> (8 * block)) & 0xFFu);
     if constexpr (kSigned)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) tile.pos[q][r] = signed_s8x4(tile.pos[q][r], tile.neg[q][r]);
+      for (int r = 0; r < 4; ++r) b.positive[r] = signed_s8x4(b.positive[r], b.negative[r]);
   }
   return tile;
 }
@@ -509,10 +489,10 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
       // The descriptor's start address counts 16-byte units (shared memory < 2^18 bytes: no carry).
       const uint64_t activations = slot0_descriptor + (slot * S::kSlotBytes + 32 * q) / 16;
       if constexpr (kSigned) {
-        wgmma::mma_s8_m64n64k32_rs(sums_pos, w.pos[q], activations, q > 0);
+        wgmma::mma_s8_m64n64k32_rs(sums_pos, w.words[q].positive, activations, q > 0);
       } else {
-        mma_rs<kTokens>(sums_pos, w.pos[q], activations, q > 0);
-        mma_rs<kTokens>(sums_neg, w.neg[q], activations, q > 0);
+        mma_rs<kTokens>(sums_pos, w.words[q].positive, activations, q > 0);
+        mma_rs<kTokens>(sums_neg, w.words[q].negative, activations, q > 0);
       }
     }
     wgmma::commit();
@@ -546,8 +526,8 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
       // The fragments stay untouched until the MMAs that read them are done.
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      wgmma::fence_operands(w.pos[q]);
-      if constexpr (!kSigned) wgmma::fence_operands(w.neg[q]);
+      wgmma::fence_operands(w.words[q].positive);
+      if constexpr (!kSigned) wgmma::fence_operands(w.words[q].negative);
     }
     const float* factor = reinterpret_cast<const float*>(smem + S::kFactorOffset) + slot * kTokens;
     if (fast_path) {

@@ -1,5 +1,6 @@
 // Folding MX block scales into int8 tensor-core operands, shared by the decode family
-// (gemm_decode.cu, mma.sync) and the int8 wgmma family (gemm_int8.cu).
+// (gemm_decode.cu, mma.sync), the skinny family (gemm_skinny.cu) and the int8 wgmma family
+// (gemm_int8.cu).
 //
 // 2 * E2M1 is an integer in [-12, 12]. Inside one K tile of 128 (4 blocks of 32) a row's blocks are
 // shifted by d = scale - base, base = the row's smallest scale in the tile; when every d <= 3,
@@ -84,6 +85,35 @@ struct BlockTables {
   const uint32_t p1 = permute(t.pos_lo, t.pos_hi, index >> 16),
                  n1 = permute(t.neg_lo, t.neg_hi, index >> 16);
   return make_uint2(permute(p0, n0, select), permute(p1, n1, select >> 16));
+}
+
+// Unsigned int8 MMA operands of 8 codes of each of two rows g and g + 8 (one word each, element i
+// in nibble i): w+ and w- (PRMT's sign mode zeroes the other sign) in the m16n8k32 A fragment's
+// order — positive[0], [2]: row g's elements 0..3, 4..7; [1], [3]: row g + 8's — from the
+// magnitude table shifted by each row's d (cuda.decode's mma.sync, cuda.skinny's wgmma).
+struct WeightBlock {
+  uint32_t positive[4], negative[4];
+};
+[[maybe_unused]] __device__ __forceinline__ void split_row(uint32_t codes, uint32_t table_lo,
+                                                           uint32_t table_hi, uint32_t& pos_first,
+                                                           uint32_t& pos_second,
+                                                           uint32_t& neg_first,
+                                                           uint32_t& neg_second) {
+  const uint32_t flipped = codes ^ 0x88888888u;
+  pos_first = permute(table_lo, table_hi, codes);
+  pos_second = permute(table_lo, table_hi, codes >> 16);
+  neg_first = permute(table_lo, table_hi, flipped);
+  neg_second = permute(table_lo, table_hi, flipped >> 16);
+}
+[[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h,
+                                                                     uint32_t shift_g,
+                                                                     uint32_t shift_h) {
+  WeightBlock w;
+  split_row(row_g, kMagnitudesLo << shift_g, kMagnitudesHi << shift_g, w.positive[0], w.positive[2],
+            w.negative[0], w.negative[2]);
+  split_row(row_h, kMagnitudesLo << shift_h, kMagnitudesHi << shift_h, w.positive[1], w.positive[3],
+            w.negative[1], w.negative[3]);
+  return w;
 }
 
 // The 4 scale bytes of K tile `tile` of a plain row (block 4 tile + j in byte j); blocks past
