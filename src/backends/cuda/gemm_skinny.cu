@@ -99,7 +99,7 @@ __device__ __forceinline__ void mma_rs(int32_t (&d)[kTokens / 2], const uint32_t
   if constexpr (kTokens == 8) wgmma::mma_u8s8_m64n8k32_rs(d, a, b, accumulate);
   if constexpr (kTokens == 16) wgmma::mma_u8s8_m64n16k32_rs(d, a, b, accumulate);
   if constexpr (kTokens == 32) wgmma::mma_u8s8_m64n32k32_rs(d, a, b, accumulate);
-  if constexpr (kTokens == 64) wgmma::mma_u8s8_m64n64k32_rs(d, a, b, accumulate);
+  if constexpr (kTokens == 64) wgmma::mma_m64n64k32_rs<false>(d, a, b, accumulate);
 }
 
 // Byte of element 8 q + 4 half + i (i < 4) of block b inside a 128-wide K tile's row.
@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
       // The descriptor's start address counts 16-byte units (shared memory < 2^18 bytes: no carry).
       const uint64_t activations = slot0_descriptor + (slot * S::kSlotBytes + 32 * q) / 16;
       if constexpr (kSigned) {
-        wgmma::mma_s8_m64n64k32_rs(sums_pos, w.words[q].positive, activations, q > 0);
+        wgmma::mma_m64n64k32_rs<true>(sums_pos, w.words[q].positive, activations, q > 0);
       } else {
         mma_rs<kTokens>(sums_pos, w.words[q].positive, activations, q > 0);
         mma_rs<kTokens>(sums_neg, w.words[q].negative, activations, q > 0);

@@ -198,10 +198,12 @@ __device__ __forceinline__ void mma_s8_m64n128k32(int32_t (&d)[64], uint64_t a, 
 #endif
 }
 
-// D (64x8, int32) (+)= A (64x32 u8, from registers) * B (8x32 s8, shared memory)^T, exact:
-// the skinny family's MMA (gemm_skinny.cu). Warp w's registers a[0..3] hold rows 16 w + g
-// (a[0], a[2]) and 16 w + g + 8 (a[1], a[3]), K slots 4 q..4 q + 3 (a[0], a[1]) and
-// 16 + 4 q..16 + 4 q + 3 (a[2], a[3]) — the m16n8k32 mma.sync fragment; d as above.
+// The skinny family's MMAs (gemm_skinny.cu): D (64xN, int32) (+)= A (64x32 8-bit, from registers)
+// * B (Nx32 s8, shared memory)^T, exact. Warp w's registers a[0..3] hold rows 16 w + g (a[0],
+// a[2]) and 16 w + g + 8 (a[1], a[3]), K slots 4 q..4 q + 3 (a[0], a[1]) and 16 + 4 q..16 + 4 q + 3
+// (a[2], a[3]) — the m16n8k32 mma.sync fragment; d as above.
+
+// N = 8, A unsigned.
 __device__ __forceinline__ void mma_u8s8_m64n8k32_rs(int32_t (&d)[4], const uint32_t (&a)[4],
                                                   uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -216,10 +218,7 @@ __device__ __forceinline__ void mma_u8s8_m64n8k32_rs(int32_t (&d)[4], const uint
 #endif
 }
 
-// D (64x16, int32) (+)= A (64x32 u8, from registers) * B (16x32 s8, shared memory)^T, exact:
-// the skinny family's MMA (gemm_skinny.cu). Warp w's registers a[0..3] hold rows 16 w + g
-// (a[0], a[2]) and 16 w + g + 8 (a[1], a[3]), K slots 4 q..4 q + 3 (a[0], a[1]) and
-// 16 + 4 q..16 + 4 q + 3 (a[2], a[3]) — the m16n8k32 mma.sync fragment; d as above.
+// N = 16, A unsigned.
 __device__ __forceinline__ void mma_u8s8_m64n16k32_rs(int32_t (&d)[8], const uint32_t (&a)[4],
                                                   uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -234,10 +233,7 @@ __device__ __forceinline__ void mma_u8s8_m64n16k32_rs(int32_t (&d)[8], const uin
 #endif
 }
 
-// D (64x32, int32) (+)= A (64x32 u8, from registers) * B (32x32 s8, shared memory)^T, exact:
-// the skinny family's MMA (gemm_skinny.cu). Warp w's registers a[0..3] hold rows 16 w + g
-// (a[0], a[2]) and 16 w + g + 8 (a[1], a[3]), K slots 4 q..4 q + 3 (a[0], a[1]) and
-// 16 + 4 q..16 + 4 q + 3 (a[2], a[3]) — the m16n8k32 mma.sync fragment; d as above.
+// N = 32, A unsigned.
 __device__ __forceinline__ void mma_u8s8_m64n32k32_rs(int32_t (&d)[16], const uint32_t (&a)[4],
                                                   uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -253,42 +249,26 @@ __device__ __forceinline__ void mma_u8s8_m64n32k32_rs(int32_t (&d)[16], const ui
 #endif
 }
 
-// D (64x64, int32) (+)= A (64x32 u8, from registers) * B (64x32 s8, shared memory)^T, exact:
-// the skinny family's MMA (gemm_skinny.cu). Warp w's registers a[0..3] hold rows 16 w + g
-// (a[0], a[2]) and 16 w + g + 8 (a[1], a[3]), K slots 4 q..4 q + 3 (a[0], a[1]) and
-// 16 + 4 q..16 + 4 q + 3 (a[2], a[3]) — the m16n8k32 mma.sync fragment; d as above.
-__device__ __forceinline__ void mma_u8s8_m64n64k32_rs(int32_t (&d)[32], const uint32_t (&a)[4],
-                                                  uint64_t b, bool accumulate) {
+// N = 64, A unsigned (u8) or signed (s8).
+template <bool kSignedA>
+__device__ __forceinline__ void mma_m64n64k32_rs(int32_t (&d)[32], const uint32_t (&a)[4],
+                                                 uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p;\n}\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-        "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-        "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-        "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
-#else
-  (void)d, (void)a, (void)b, (void)accumulate;
-  __trap();
-#endif
-}
-
-// D (64x64, int32) (+)= A (64x32 s8, from registers) * B (64x32 s8, shared memory)^T, exact:
-// the skinny family's MMA (gemm_skinny.cu). Warp w's registers a[0..3] hold rows 16 w + g
-// (a[0], a[2]) and 16 w + g + 8 (a[1], a[3]), K slots 4 q..4 q + 3 (a[0], a[1]) and
-// 16 + 4 q..16 + 4 q + 3 (a[2], a[3]) — the m16n8k32 mma.sync fragment; d as above.
-__device__ __forceinline__ void mma_s8_m64n64k32_rs(int32_t (&d)[32], const uint32_t (&a)[4],
-                                                  uint64_t b, bool accumulate) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p;\n}\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-        "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-        "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-        "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
+#define A4W4_MMA_M64N64K32_RS(ATYPE)                                                                 \
+  asm volatile(                                                                                      \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                  \
+      "wgmma.mma_async.sync.aligned.m64n64k32.s32." ATYPE ".s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p;\n}\n" \
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), \
+        "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), \
+        "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), \
+        "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)))
+  if constexpr (kSignedA) {
+    A4W4_MMA_M64N64K32_RS("s8");
+  } else {
+    A4W4_MMA_M64N64K32_RS("u8");
+  }
+#undef A4W4_MMA_M64N64K32_RS
 #else
   (void)d, (void)a, (void)b, (void)accumulate;
   __trap();
