@@ -358,6 +358,19 @@ std::vector<GpuBenchRow> run_gpu_gemm_bench(
   std::unique_ptr<a4w4_context_t, decltype(&a4w4_context_destroy)> plain_owner(
       plain, a4w4_context_destroy);
   a4w4_check(a4w4_context_clear_tuned(plain), "a4w4_context_clear_tuned");
+  std::unique_ptr<DeviceAllocation> workspace;
+  if (options.workspace) {
+    size_t bytes = 0;
+    for (const Shape& s : shapes) {
+      size_t shape_bytes = 0;
+      a4w4_check(a4w4_gemm_workspace_size(s.m, s.n, s.k, &shape_bytes), "a4w4_gemm_workspace_size");
+      bytes = std::max(bytes, shape_bytes);
+    }
+    workspace = std::make_unique<DeviceAllocation>(bytes);
+    for (a4w4_context c : {ctx, plain})
+      a4w4_check(a4w4_context_set_workspace(c, a4w4_cuda(options.device), workspace->ptr, bytes),
+                 "a4w4_context_set_workspace");
+  }
   Stream stream;
   std::vector<GpuBenchRow> rows;
   for (size_t i = 0; i < shapes.size(); ++i) {

@@ -25,6 +25,9 @@ struct GpuBenchOptions {
   std::string out_dtype = "bf16";
   std::string tuned;               // a tuned configuration to load ("": none, or A4W4_TUNED_CONFIG)
   bool compare_heuristic = false;  // also time the heuristic's choice (a context without tuning)
+  // Give the contexts a workspace (a4w4_context_set_workspace) sized for the largest shape, as an
+  // application would: the staging kernels (cuda.int8_128x128) run only with one.
+  bool workspace = true;
 };
 
 struct GpuBenchRow {

@@ -31,6 +31,7 @@ struct BenchSettings {
   a4w4_backend backend = A4W4_BACKEND_CUDA;
   int samples = 30;
   bool baselines = true;
+  bool workspace = true;
   bool plain = true;
   bool prepared = true;
   bool wide_scales = false;
@@ -159,6 +160,7 @@ void run_bench(const BenchSettings& s) {
   options.out_dtype = s.out_dtype;
   options.tuned = s.tuned;
   options.compare_heuristic = s.compare_heuristic;
+  options.workspace = s.workspace;
   try {
     fmt::print(stderr, "measuring the device-to-device copy bandwidth...\n");
     const bench::GpuDeviceFacts facts = bench::measure_device(options);
@@ -207,6 +209,8 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--samples", settings->samples, "Timed repetitions; the median is reported")
       ->check(CLI::Range(3, 10000));
   command->add_flag("!--no-baselines", settings->baselines, "Skip the cuBLAS baselines");
+  command->add_flag("!--no-workspace", settings->workspace,
+                    "Give a4w4 no device workspace (the staging kernels then do not run)");
   command->add_flag("!--no-plain", settings->plain, "Skip timing a4w4 on a plain (unprepared) B");
   command->add_flag("!--no-prepared", settings->prepared,
                     "Skip timing a4w4 on a prepared B (rates then come from the plain B)");

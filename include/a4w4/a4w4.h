@@ -252,6 +252,20 @@ A4W4_API a4w4_status a4w4_context_get_backend(a4w4_context ctx, a4w4_backend* ba
 /* Threads used by the CPU backend; 0 (the default) means one per hardware thread. */
 A4W4_API a4w4_status a4w4_context_set_num_threads(a4w4_context ctx, int num_threads);
 A4W4_API a4w4_status a4w4_context_get_num_threads(a4w4_context ctx, int* num_threads);
+/* Device scratch memory for the CUDA kernels that stage operands before their main loop (the int8
+   family, cuda.int8_128x128, converts A and B into it once per call). a4w4 never allocates inside a
+   call: a call whose device has no workspace of at least a4w4_gemm_workspace_size() bytes here
+   never runs those kernels (naming one fails with A4W4_ERROR_KERNEL_NOT_APPLICABLE). The memory
+   stays the caller's: it must outlive every call that may use it and overlap none of a call's
+   operands (a call fails with A4W4_ERROR_INVALID_ARGUMENT if it does), and the calls through one
+   context that may use it must be ordered (one stream, or events between them), as with cuBLAS.
+   device: a CUDA device; ptr: 256-byte aligned memory of that device (cudaMalloc's), bytes > 0.
+   ptr NULL with bytes 0 removes the workspace. One workspace per context. */
+A4W4_API a4w4_status a4w4_context_set_workspace(a4w4_context ctx, a4w4_device device, void* ptr,
+                                                size_t bytes);
+/* The workspace set (ptr NULL and bytes 0 when none); any output pointer may be NULL. */
+A4W4_API a4w4_status a4w4_context_get_workspace(a4w4_context ctx, a4w4_device* device, void** ptr,
+                                                size_t* bytes);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Quantization                                                                                */
@@ -308,6 +322,11 @@ typedef struct a4w4_gemm_options {
 } a4w4_gemm_options;
 
 A4W4_API void a4w4_gemm_options_init(a4w4_gemm_options* options);
+
+/* The workspace bytes (a4w4_context_set_workspace) with which every kernel can run an M x N x K
+   GEMM: (M + N) * (K rounded up to 128) plus about 4 / 128 of that for factors. M, N >= 1,
+   K >= 32 with K % 32 == 0. */
+A4W4_API a4w4_status a4w4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, size_t* bytes);
 
 /* D = alpha * (A . B^T) + beta * C + bias, per docs/semantics.md.
      a       [M, K] E2M1          a_scale [M, K/32] E8M0

@@ -100,6 +100,20 @@ class Context {
 
   void set_backend(a4w4_backend backend) { check(a4w4_context_set_backend(ctx_, backend)); }
   void set_num_threads(int threads) { check(a4w4_context_set_num_threads(ctx_, threads)); }
+  // Device scratch memory for the staging kernels (a4w4_context_set_workspace); the memory stays
+  // the caller's. clear_workspace() removes it.
+  void set_workspace(a4w4_device device, void* ptr, size_t bytes) {
+    check(a4w4_context_set_workspace(ctx_, device, ptr, bytes));
+  }
+  void clear_workspace() {
+    check(a4w4_context_set_workspace(ctx_, a4w4_device{A4W4_DEVICE_CUDA, 0}, nullptr, 0));
+  }
+  // The workspace bytes every kernel can run an M x N x K GEMM with (a4w4_gemm_workspace_size).
+  static size_t gemm_workspace_size(int64_t m, int64_t n, int64_t k) {
+    size_t bytes = 0;
+    check(a4w4_gemm_workspace_size(m, n, k, &bytes));
+    return bytes;
+  }
 
   // Tuned configurations (docs/kernels-and-tuning.md).
   Status try_load_tuned(const std::string& path) {

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "api/error.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_runtime_probe.h"
+#include "dispatch/workspace.h"
 
 namespace a4w4 {
 
@@ -110,6 +112,66 @@ a4w4_status a4w4_context_get_num_threads(a4w4_context ctx, int* num_threads) {
     if (num_threads == nullptr)
       a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "num_threads: must not be NULL");
     *num_threads = context.num_threads.load();
+  });
+}
+
+a4w4_status a4w4_context_set_workspace(a4w4_context ctx, a4w4_device device, void* ptr,
+                                       size_t bytes) {
+  return a4w4::guarded(__func__, [&] {
+    auto& context = a4w4::checked_context(ctx);
+    if (ptr == nullptr && bytes == 0) {
+      context.set_workspace({});
+      return;
+    }
+    if (ptr == nullptr || bytes == 0)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT,
+                 "ptr and bytes: expected device memory and its size (> 0), or NULL and 0 to "
+                 "remove the workspace; got {} and {}",
+                 ptr == nullptr ? "NULL" : "a pointer", bytes);
+    if (device.type != A4W4_DEVICE_CUDA)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT,
+                 "device: a workspace is memory of a CUDA device (type {}), got type {}",
+                 static_cast<int>(A4W4_DEVICE_CUDA), static_cast<int>(device.type));
+    if (!a4w4::cuda::compiled())
+      a4w4::fail(A4W4_ERROR_BACKEND_NOT_COMPILED,
+                 "device: this build of a4w4 has no CUDA backend (configure with -DA4W4_CUDA=ON)");
+    const int count = a4w4::cuda::device_count();
+    if (device.ordinal < 0 || device.ordinal >= count)
+      a4w4::fail(A4W4_ERROR_NO_DEVICE, "device: CUDA device {} requested, but {} device(s) are present",
+                 device.ordinal, count);
+    a4w4::cuda::check_pointer(ptr, device, "workspace");
+    if (reinterpret_cast<uintptr_t>(ptr) % 256 != 0)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "ptr: must be 256-byte aligned (as cudaMalloc's)");
+    context.set_workspace({device, ptr, bytes});
+  });
+}
+
+a4w4_status a4w4_context_get_workspace(a4w4_context ctx, a4w4_device* device, void** ptr,
+                                       size_t* bytes) {
+  return a4w4::guarded(__func__, [&] {
+    const a4w4_context_t::Workspace w = a4w4::checked_context(ctx).workspace();
+    if (device != nullptr) *device = w.device;
+    if (ptr != nullptr) *ptr = w.ptr;
+    if (bytes != nullptr) *bytes = w.bytes;
+  });
+}
+
+a4w4_status a4w4_gemm_workspace_size(int64_t m, int64_t n, int64_t k, size_t* bytes) {
+  return a4w4::guarded(__func__, [&] {
+    if (bytes == nullptr) a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "bytes: must not be NULL");
+    constexpr int64_t kLimit = int64_t{1} << 40;  // keeps (M + N) * K far from int64's end
+    if (m < 1 || n < 1 || m > kLimit || n > kLimit)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "m and n: expected 1..2^40, got {} and {}", m, n);
+    if (k < 32 || k > kLimit)
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "k: expected 32..2^40, got {}", k);
+    if (k % 32 != 0)
+      a4w4::fail(A4W4_ERROR_K_NOT_MULTIPLE_OF_32,
+                 "k: K = {} is not a multiple of the 32-element block size", k);
+    if (m + n > (int64_t{1} << 61) / (k + 128))  // (M + N) * K beyond any address space
+      a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT,
+                 "m, n, k: the workspace, about (M + N) * K bytes, would exceed 2^61 bytes");
+    const a4w4::StagingWorkspace w(m, n, k);
+    *bytes = static_cast<size_t>(w.bytes);
   });
 }
 

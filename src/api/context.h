@@ -15,6 +15,21 @@ struct a4w4_context_t {
   std::atomic<a4w4_backend> backend{A4W4_BACKEND_AUTO};
   std::atomic<int> num_threads{0};  // 0 = one per hardware thread
 
+  // The caller's device workspace (a4w4_context_set_workspace); bytes 0 when none.
+  struct Workspace {
+    a4w4_device device{A4W4_DEVICE_CUDA, 0};
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  Workspace workspace() const {
+    const std::lock_guard lock(workspace_mutex);
+    return workspace_;
+  }
+  void set_workspace(const Workspace& w) {
+    const std::lock_guard lock(workspace_mutex);
+    workspace_ = w;
+  }
+
   // The tuned configuration (null: none). Calls take a reference to the current table, so a
   // concurrent load or clear never changes a table in use.
   std::shared_ptr<const a4w4::TunedTable> tuned_table() const {
@@ -27,6 +42,8 @@ struct a4w4_context_t {
   }
 
  private:
+  mutable std::mutex workspace_mutex;
+  Workspace workspace_;
   mutable std::mutex tuned_mutex;
   std::shared_ptr<const a4w4::TunedTable> tuned;
 };

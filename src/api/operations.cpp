@@ -143,6 +143,16 @@ GemmCall check_gemm_call(const a4w4_context_t& context, const a4w4_tensor* a,
   for (const MatrixView* view : operands) {
     if (view != &dv && !(view == &cv && c_is_d)) expect_disjoint(dv, *view);
   }
+  // The context's workspace, when it lives on the operands' device: the staging kernels write it.
+  const a4w4_context_t::Workspace workspace = context.workspace();
+  const bool has_workspace = workspace.bytes > 0 && dv.device.type == workspace.device.type &&
+                             dv.device.ordinal == workspace.device.ordinal;
+  if (has_workspace) {
+    const MatrixView wv{"the context's workspace", workspace.ptr, A4W4_DTYPE_E8M0, 1,
+                        static_cast<int64_t>(workspace.bytes), static_cast<int64_t>(workspace.bytes),
+                        workspace.device, A4W4_LAYOUT_PLAIN, 0};
+    for (const MatrixView* view : operands) expect_disjoint(wv, *view);
+  }
 
   return GemmCall{backend,
                   GemmProblem{
@@ -162,6 +172,8 @@ GemmCall check_gemm_call(const a4w4_context_t& context, const a4w4_tensor* a,
                       opts.math_mode,
                       dv.device,
                       stream,
+                      has_workspace ? workspace.ptr : nullptr,
+                      has_workspace ? workspace.bytes : 0,
                   },
                   opts.kernel != nullptr ? std::string(opts.kernel) : std::string()};
 }

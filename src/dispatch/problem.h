@@ -2,6 +2,7 @@
 // argument check has passed; kernels read them and never re-validate.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "a4w4/a4w4.h"
@@ -38,6 +39,9 @@ struct GemmProblem {
   a4w4_math_mode math_mode;
   a4w4_device device;
   void* stream;
+  // The context's workspace on `device` (a4w4_context_set_workspace); nullptr and 0 when none.
+  void* workspace;
+  size_t workspace_bytes;
 };
 
 struct QuantizeProblem {

@@ -68,15 +68,16 @@ constexpr std::array kGemmKernels = {
                "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
                "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x128},
-    // The int8 wgmma family (exact: folded int8 tile sums, fp32 promotion per 128-K tile) runs at
-    // about the bf16 family's rate on foldable scales (H200), but one (row, 128-K tile) spreading
-    // over more than 3 binades sends its whole tile to the exact generic code, which real data can
-    // trigger often: speed 0.25 keeps its score below cuda.generic's for every shape, so it runs
-    // only when asked for by name (tests, the tuner). Path fp8: the 8-bit tensor cores.
+    // The int8 wgmma family (exact: folded int8 tile sums, fp32 promotion per 128-K tile) stages A
+    // and B as folded int8 in the context's workspace, so it applies only where one is set. One
+    // (row, 128-K tile) spreading over more than 3 binades sends its whole 128 x 128 tile to the
+    // exact generic code, which real data can trigger often: speed 0.25 keeps its score below
+    // cuda.generic's for every shape, so it runs only when asked for by name (tests, the tuner).
+    // Path fp8: the 8-bit tensor cores.
     GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
                false, false, 65, 0, 0.25,
-               "sm_90a; plain A and B with 16-byte aligned rows (TMA); K % 32 == 0 (a partial last "
-               "128-K tile is zero-filled); M, N, K < 2^31",
+               "sm_90a; plain A and B with 16-byte aligned rows; a context workspace of "
+               "a4w4_gemm_workspace_size bytes; K % 32 == 0; M, N, K < 2^31",
                cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},
     GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_GENERIC, 64, 64, 32, 0, false,
                false, 1, 0, 1.0, "sm_80 or newer; M up to 65535 * 64", cuda::gemm_generic_why_not,

@@ -517,12 +517,20 @@ TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {
 }
 
 TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
-  // cuda.int8_128x128 (a draft family: it runs only when asked for by name). kFoldScales take the
-  // folded int8 path (every tile folds); kNarrowScales and kWideScales (spreads over 4 binades,
-  // and a few NaN scales) the exact generic tiles; ragged M and N, K not a multiple of 128 (32 and
-  // 96: one partial K tile; 320: a partial last one; scale rows of 1 or 3 bytes, read bytewise),
-  // every output dtype.
+  // cuda.int8_128x128, which stages A and B in the context's workspace (sized here for the largest
+  // case). kFoldScales take the folded int8 path (every tile folds); kNarrowScales and kWideScales
+  // (spreads over 4 binades, and a few NaN scales) the exact generic tiles; ragged M and N, K not a
+  // multiple of 128 (32 and 96: one partial K tile; 320: a partial last one; scale rows of 1 or 3
+  // bytes, read bytewise), every output dtype.
   const char* kernel = "cuda.int8_128x128";
+  size_t workspace_bytes = 0;
+  ASSERT_EQ(a4w4_gemm_workspace_size(2304, 2300, 4096, &workspace_bytes), A4W4_SUCCESS);
+  DeviceBuffer workspace(workspace_bytes);
+  ASSERT_NE(workspace.get(), nullptr);
+  // Garbage in the workspace: nothing may read what the staging pass did not write.
+  ASSERT_EQ(cudaMemset(workspace.get(), 0xC3, workspace_bytes), cudaSuccess);
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(0), workspace.get(), workspace_bytes),
+            A4W4_SUCCESS);
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
   int v = 0;
   // The smallest cases first, so a failure names the simplest one.
@@ -559,6 +567,85 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
     run_case(ctx_, rng_, c);
     if (HasFatalFailure()) return;
   }
+}
+
+TEST_F(CudaBackend, StagingKernelsNeedTheContextsWorkspace) {
+  // cuda.int8_128x128 stages A and B in the context's workspace: without one (or with one too
+  // small, or on the call's operands) it is refused by name and never chosen; D stays untouched.
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t m = 256, n = 256, k = 256;
+  DeviceBuffer a(m * k / 2), as(m * k / 32), b(n * k / 2), bs(n * k / 32), d(m * n * 4);
+  ASSERT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
+  ASSERT_EQ(cudaMemset(b.get(), 0, n * k / 2), cudaSuccess);
+  ASSERT_EQ(cudaMemset(as.get(), 127, m * k / 32), cudaSuccess);
+  ASSERT_EQ(cudaMemset(bs.get(), 127, n * k / 32), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d.get(), 0x7F, m * n * 4), cudaSuccess);
+  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+  a4w4_tensor tb = tensor(b.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+  a4w4_tensor tbs = tensor(bs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.kernel = "cuda.int8_128x128";
+  auto untouched = [&] {
+    std::vector<uint32_t> host(m * n);
+    EXPECT_EQ(cudaMemcpy(host.data(), d.get(), m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (uint32_t x : host)
+      if (x != 0x7F7F7F7Fu) return false;
+    return true;
+  };
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("workspace"), std::string::npos)
+      << a4w4_last_error_message();
+  size_t bytes = 0;
+  ASSERT_EQ(a4w4_gemm_workspace_size(m, n, k, &bytes), A4W4_SUCCESS);
+  EXPECT_GE(bytes, static_cast<size_t>((m + n) * k));
+  DeviceBuffer workspace(bytes);
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, workspace.get(), bytes - 256), A4W4_SUCCESS);
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find(std::to_string(bytes)), std::string::npos)
+      << a4w4_last_error_message();
+  // The chooser takes another kernel meanwhile (never this one without its workspace).
+  options.kernel = nullptr;
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_SUCCESS);
+  ASSERT_EQ(cudaMemset(d.get(), 0x7F, m * n * 4), cudaSuccess);
+  options.kernel = "cuda.int8_128x128";
+  // A workspace that overlaps an operand (here D itself).
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, d.get(), m * n * 4), A4W4_SUCCESS);
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("workspace"), std::string::npos)
+      << a4w4_last_error_message();
+  EXPECT_TRUE(untouched());
+  // Bad workspaces are refused where they are set.
+  std::vector<uint8_t> host(1024);
+  EXPECT_EQ(a4w4_context_set_workspace(ctx_, gpu, host.data(), 1024),
+            A4W4_ERROR_DEVICE_MISMATCH);
+  EXPECT_EQ(a4w4_context_set_workspace(ctx_, gpu, static_cast<uint8_t*>(workspace.get()) + 16, 256),
+            A4W4_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(1000), workspace.get(), bytes),
+            A4W4_ERROR_NO_DEVICE);
+  // The right one: the kernel runs, and D is the product of zeros.
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, workspace.get(), bytes), A4W4_SUCCESS);
+  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+            A4W4_SUCCESS);
+  std::vector<float> out(m * n, 1.0f);
+  ASSERT_EQ(cudaMemcpy(out.data(), d.get(), m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (float x : out) ASSERT_EQ(x, 0.0f);
+  a4w4_device device{};
+  void* ptr = nullptr;
+  size_t got = 0;
+  ASSERT_EQ(a4w4_context_get_workspace(ctx_, &device, &ptr, &got), A4W4_SUCCESS);
+  EXPECT_EQ(ptr, workspace.get());
+  EXPECT_EQ(got, bytes);
+  EXPECT_EQ(a4w4_context_set_workspace(ctx_, gpu, nullptr, 0), A4W4_SUCCESS);
+  ASSERT_EQ(a4w4_context_get_workspace(ctx_, &device, &ptr, &got), A4W4_SUCCESS);
+  EXPECT_EQ(ptr, nullptr);
+  EXPECT_EQ(got, 0u);
 }
 
 TEST_F(CudaBackend, Bf16FamilyTakesAPreparedB) {

@@ -32,16 +32,18 @@ inline EncodeTiled encode_tiled() {
   return fn;
 }
 
-// An unswizzled tensor map of `rank` dimensions over `data`; boxes past the end read as zeros.
+// A tensor map of `rank` dimensions over `data` (unswizzled unless asked); boxes past the end read
+// as zeros.
 // `family` names the kernel family in the error message.
 inline CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const uint8_t* data,
                               const cuuint64_t* dims, const cuuint64_t* strides,
-                              const cuuint32_t* box, const char* family) {
+                              const cuuint32_t* box, const char* family,
+                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   CUtensorMap map;
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r =
       encode_tiled()(&map, type, rank, const_cast<uint8_t*>(data), dims, strides, box,
-                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     fail(A4W4_ERROR_DEVICE,

@@ -1,0 +1,44 @@
+// The device workspace of the staging GEMM kernels (cuda.int8_128x128): where each part lives and
+// how large the whole is. Plain arithmetic, so that a4w4_gemm_workspace_size answers in every build.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace a4w4 {
+
+// One operand of R rows staged for the int8 family (src/backends/cuda/gemm_int8.cu): its rows as
+// folded int8 (K rounded up to whole 128-K tiles, padding zero), one fp32 factor per (K tile, row)
+// for rows rounded up to 128, and one summary word per (chunk of 8 K tiles, row): the smallest and
+// largest base exponent, whether every tile folds.
+struct StagedOperandLayout {
+  static constexpr int64_t kTileK = 128, kTileRows = 128, kChunkTiles = 8;
+  static constexpr int64_t kAlign = 256;
+
+  int64_t rows = 0, padded_rows = 0, padded_k = 0, k_tiles = 0, chunks = 0;
+  // Byte offsets from the operand's start, and its size.
+  int64_t values = 0, factors = 0, summaries = 0, bytes = 0;
+
+  static constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+  constexpr StagedOperandLayout(int64_t r, int64_t k)
+      : rows(r),
+        padded_rows(round_up(r, kTileRows)),
+        padded_k(round_up(k, kTileK)),
+        k_tiles(round_up(k, kTileK) / kTileK),
+        chunks((round_up(k, kTileK) / kTileK + kChunkTiles - 1) / kChunkTiles) {
+    factors = round_up(rows * padded_k, kAlign);
+    summaries = factors + round_up(k_tiles * padded_rows * 4, kAlign);
+    bytes = summaries + round_up(chunks * rows * 4, kAlign);
+  }
+};
+
+// A and B staged one after the other.
+struct StagingWorkspace {
+  StagedOperandLayout a, b;
+  int64_t b_offset, bytes;
+  constexpr StagingWorkspace(int64_t m, int64_t n, int64_t k)
+      : a(m, k), b(n, k), b_offset(a.bytes), bytes(a.bytes + b.bytes) {}
+};
+
+}  // namespace a4w4
