@@ -804,6 +804,51 @@ TEST(ApiBasics, GemmOptionsDefaults) {
   a4w4_gemm_options_init(nullptr);  // no crash
 }
 
+TEST(ApiBasics, WorkspaceSizeAndContextWorkspace) {
+  size_t bytes = 0;
+  // (M + N) * K rounded up to 128, then the factors (one float per 128-K tile and row, rows
+  // rounded up to 128) and summaries (one word per 8 tiles and row), each part 256-aligned.
+  ASSERT_EQ(a4w4_gemm_workspace_size(256, 512, 1024, &bytes), A4W4_SUCCESS);
+  EXPECT_EQ(bytes, 768u * 1024 + 768 * 8 * 4 + 768 * 4);
+  ASSERT_EQ(a4w4_gemm_workspace_size(1, 1, 32, &bytes), A4W4_SUCCESS);
+  EXPECT_EQ(bytes, 2u * (256 + 512 + 256));
+  EXPECT_EQ(a4w4_gemm_workspace_size(4, 4, 48, &bytes), A4W4_ERROR_K_NOT_MULTIPLE_OF_32);
+  EXPECT_EQ(a4w4_gemm_workspace_size(0, 4, 64, &bytes), A4W4_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(a4w4_gemm_workspace_size(4, 4, 64, nullptr), A4W4_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(a4w4_gemm_workspace_size(int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40, &bytes),
+            A4W4_ERROR_INVALID_ARGUMENT);
+
+  a4w4_context ctx = nullptr;
+  ASSERT_EQ(a4w4_context_create(&ctx), A4W4_SUCCESS);
+  void* ptr = reinterpret_cast<void*>(0x1);
+  a4w4_device device{};
+  ASSERT_EQ(a4w4_context_get_workspace(ctx, &device, &ptr, &bytes), A4W4_SUCCESS);
+  EXPECT_EQ(ptr, nullptr);
+  EXPECT_EQ(bytes, 0u);
+  std::vector<uint8_t> host(4096);
+  // Host memory on the CPU device, a pointer without a size and the reverse: refused.
+  EXPECT_EQ(a4w4_context_set_workspace(ctx, a4w4_cpu(), host.data(), host.size()),
+            A4W4_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("CUDA device"), std::string::npos);
+  EXPECT_EQ(a4w4_context_set_workspace(ctx, a4w4_cuda(0), host.data(), 0),
+            A4W4_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(a4w4_context_set_workspace(ctx, a4w4_cuda(0), nullptr, 64),
+            A4W4_ERROR_INVALID_ARGUMENT);
+  // Host memory named as CUDA memory: the build or the machine says why not.
+  const a4w4_status status = a4w4_context_set_workspace(ctx, a4w4_cuda(0), host.data(), 4096);
+  if (cuda_tensor_status() == A4W4_SUCCESS) {
+    EXPECT_EQ(status, A4W4_ERROR_DEVICE_MISMATCH);
+  } else {
+    EXPECT_EQ(status, cuda_tensor_status());
+  }
+  EXPECT_EQ(a4w4_context_set_workspace(ctx, a4w4_cuda(0), nullptr, 0), A4W4_SUCCESS);
+  EXPECT_EQ(a4w4_context_set_workspace(nullptr, a4w4_cuda(0), nullptr, 0),
+            A4W4_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(a4w4_context_get_workspace(nullptr, nullptr, nullptr, nullptr),
+            A4W4_ERROR_INVALID_ARGUMENT);
+  a4w4_context_destroy(ctx);
+}
+
 // ---- Probes, contexts, registry ------------------------------------------------------------
 
 TEST(ApiBasics, BackendProbes) {

@@ -78,6 +78,7 @@ __all__ = [
     "dequantize",
     "device_tuning_key",
     "gemm",
+    "gemm_workspace_size",
     "kernels",
     "pack_fp4",
     "prepare_weight",
@@ -144,6 +145,7 @@ class Context:
         self, *, backend: str = "auto", num_threads: int = 0, tuned: str | None = None
     ) -> None:
         self._ctx = _core.Context()
+        self._workspace: Any = None
         if backend != "auto":
             self._ctx.backend = backend
         if num_threads:
@@ -190,6 +192,20 @@ class Context:
     @num_threads.setter
     def num_threads(self, n: int) -> None:
         self._ctx.num_threads = n
+
+    def set_workspace(self, buffer: Any) -> None:
+        """Device scratch memory for the kernels that stage operands (``cuda.int8_128x128``): a
+        contiguous 1-D CUDA array of at least :func:`gemm_workspace_size` bytes, e.g.
+        ``torch.empty(n, dtype=torch.uint8, device="cuda")``. The context keeps a reference to
+        it. It must not overlap any operand, and calls that may use it must be ordered (one
+        stream), as with cuBLAS. a4w4 never allocates inside a call."""
+        self._ctx.set_workspace(buffer)
+        self._workspace = buffer
+
+    def clear_workspace(self) -> None:
+        """Removes the workspace (the staging kernels then no longer run)."""
+        self._ctx.clear_workspace()
+        self._workspace = None
 
     def close(self) -> None:
         """Destroys the C context now (later calls on it raise InvalidArgumentError)."""
@@ -405,6 +421,12 @@ def prepare_weight(
     _core.prepare_weight(_ctx(context), bo, bso, po, pso, st)
     pw, ps = ad.finish((pw, ps), st, b)
     return PreparedWeight(pw, ps, n, k)
+
+
+def gemm_workspace_size(m: int, n: int, k: int) -> int:
+    """Bytes of workspace (:meth:`Context.set_workspace`) with which every kernel can run an
+    M x N x K GEMM: about (M + N) * K."""
+    return int(_core.gemm_workspace_size(int(m), int(n), int(k)))
 
 
 def backends() -> dict[str, BackendInfo]:

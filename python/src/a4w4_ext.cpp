@@ -220,6 +220,18 @@ class Context {
     return n;
   }
   void set_num_threads(int n) { check(a4w4_context_set_num_threads(get(), n)); }
+  // A contiguous 1-D array of CUDA device memory (its bytes); the Python wrapper keeps it alive.
+  void set_workspace(const OutArray& buffer) {
+    if (buffer.ndim() != 1 || (buffer.shape(0) > 1 && buffer.stride(0) != 1))
+      raise_status(A4W4_ERROR_INVALID_ARGUMENT,
+                   "workspace: expected a contiguous 1-D array (e.g. torch.empty(bytes, "
+                   "dtype=torch.uint8, device='cuda'))");
+    const a4w4_device device = device_of(InArray(buffer), "workspace");
+    check(a4w4_context_set_workspace(get(), device, buffer.data(), buffer.nbytes()));
+  }
+  void clear_workspace() {
+    check(a4w4_context_set_workspace(get(), a4w4_device{A4W4_DEVICE_CUDA, 0}, nullptr, 0));
+  }
   void load_tuned(const std::string& path) {
     a4w4_status status;
     {  // reading and checking the file can take a while; the error is raised with the GIL held
@@ -476,6 +488,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("closed", &Context::closed)
       .def_prop_rw("backend", &Context::backend, &Context::set_backend)
       .def_prop_rw("num_threads", &Context::num_threads, &Context::set_num_threads)
+      .def("set_workspace", &Context::set_workspace, nb::arg("buffer"))
+      .def("clear_workspace", &Context::clear_workspace)
       .def("load_tuned", &Context::load_tuned, nb::arg("path"))
       .def("clear_tuned", &Context::clear_tuned)
       .def_prop_ro("tuned_entries", &Context::tuned_entries)
@@ -493,6 +507,14 @@ NB_MODULE(_core, m) {
   m.def("prepare_weight", &prepare_weight, nb::arg("ctx"), nb::arg("b"), nb::arg("b_scale"),
         nb::arg("prepared"), nb::arg("prepared_scale"), nb::arg("stream"));
   m.def("prepared_weight_size", &prepared_weight_size, nb::arg("n"), nb::arg("k"));
+  m.def(
+      "gemm_workspace_size",
+      [](int64_t m, int64_t n, int64_t k) {
+        size_t bytes = 0;
+        check(a4w4_gemm_workspace_size(m, n, k, &bytes));
+        return bytes;
+      },
+      nb::arg("m"), nb::arg("n"), nb::arg("k"));
   m.def("empty", &empty, nb::arg("shape"), nb::arg("code"), nb::arg("bits"), nb::arg("device_type"),
         nb::arg("device_id"));
   m.def("synchronize", &synchronize, nb::arg("stream"));

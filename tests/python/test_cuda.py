@@ -57,6 +57,24 @@ def test_prepared_weight_on_device(m):
     assert rel(plain, ref) < 4e-3 and rel(prepared, ref) < 4e-3
 
 
+def test_staging_kernel_with_a_torch_workspace():
+    # cuda.int8_128x128 stages A and B in the context's workspace (a torch buffer here): refused
+    # without one, then as exact as the reference with one.
+    a, a_s = quantized(200, 1024, 4)
+    b, b_s = quantized(136, 1024, 5)
+    ctx = a4w4.Context()
+    with pytest.raises(a4w4.KernelNotApplicableError, match="workspace"):
+        a4w4.gemm(a, a_s, b, b_s, kernel="cuda.int8_128x128", context=ctx)
+    buf = torch.empty(a4w4.gemm_workspace_size(200, 136, 1024), dtype=torch.uint8, device="cuda")
+    ctx.set_workspace(buf)
+    d = a4w4.gemm(a, a_s, b, b_s, kernel="cuda.int8_128x128", context=ctx)
+    ref = a4w4.gemm(a.cpu(), a_s.cpu(), b.cpu(), b_s.cpu())
+    assert rel(d, ref) < 1e-6
+    ctx.clear_workspace()
+    with pytest.raises(a4w4.KernelNotApplicableError):
+        a4w4.gemm(a, a_s, b, b_s, kernel="cuda.int8_128x128", context=ctx)
+
+
 def test_runs_on_the_current_torch_stream():
     side = torch.cuda.Stream()
     x_host = torch.randn(4096, 4096, generator=torch.Generator().manual_seed(4))

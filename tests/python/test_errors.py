@@ -92,6 +92,23 @@ def test_kernels_not_found_or_not_applicable():
             a4w4.gemm(a, a_s, b, b_s, kernel=cuda_kernels[0])
 
 
+def test_workspace_size_and_host_workspaces():
+    # About (M + N) * K bytes, K rounded up to 128, plus factors and summaries.
+    assert a4w4.gemm_workspace_size(256, 512, 1024) >= 768 * 1024
+    assert a4w4.gemm_workspace_size(1, 1, 32) >= 2 * 128
+    with pytest.raises(a4w4.KNotMultipleOf32Error):
+        a4w4.gemm_workspace_size(4, 4, 48)
+    with pytest.raises(a4w4.InvalidArgumentError, match="m and n"):
+        a4w4.gemm_workspace_size(0, 4, 64)
+    ctx = a4w4.Context()
+    # Host memory is not a workspace: refused where it is set.
+    with pytest.raises(a4w4.InvalidArgumentError, match="CUDA device"):
+        ctx.set_workspace(np.zeros(4096, np.uint8))
+    with pytest.raises(a4w4.InvalidArgumentError, match="1-D"):
+        ctx.set_workspace(np.zeros((4, 4), np.uint8))
+    ctx.clear_workspace()  # removing none is fine
+
+
 @pytest.mark.skipif(a4w4._core.cuda_compiled, reason="this build has the CUDA backend")
 def test_backend_not_compiled():
     with pytest.raises(a4w4.BackendNotCompiledError) as e:
