@@ -509,9 +509,9 @@ NB_MODULE(_core, m) {
   m.def("prepared_weight_size", &prepared_weight_size, nb::arg("n"), nb::arg("k"));
   m.def(
       "gemm_workspace_size",
-      [](int64_t m, int64_t n, int64_t k) {
+      [](int64_t rows_a, int64_t rows_b, int64_t k) {
         size_t bytes = 0;
-        check(a4w4_gemm_workspace_size(m, n, k, &bytes));
+        check(a4w4_gemm_workspace_size(rows_a, rows_b, k, &bytes));
         return bytes;
       },
       nb::arg("m"), nb::arg("n"), nb::arg("k"));

@@ -65,6 +65,15 @@ constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are
 constexpr uint32_t kProducerBarrier = 1;
 constexpr int kChunkTiles = StagedOperandLayout::kChunkTiles;  // K tiles per staging warp
 
+// Where B's factor of row n lands inside its 128-row block: a consumer thread with q = lane % 4
+// needs the columns 8 j + 2 q + {0, 1} (j = 0..15) of its accumulators, which this order puts in
+// q's 32 floats, as 8 float4 (j = 2 jj, 2 jj + 1) rotated by 2 q so that the 4 addresses of one
+// LDS.128 fall in different banks (8 LDS.128 per step instead of 16 LDS.64).
+__host__ __device__ constexpr int factor_slot(int n) {
+  const int q = (n >> 1) & 3, j = n >> 3;
+  return q * 32 + ((j / 2 + 2 * q) % 8) * 4 + (j % 2) * 2 + (n & 1);
+}
+
 // One operand's staged form in the workspace (dispatch/workspace.h).
 struct StagedOperand {
   int8_t* values;        // [rows][padded_k], folded int8
@@ -79,6 +88,7 @@ struct StagingJob {
   PackedOperand source;
   StagedOperand staged;
   uint32_t factor_shift;  // 0 for A, 2 for B: the 1/4 that undoes the doubling of both operands
+  bool permute_factors;   // B: in each 128 rows, in the order the consumers read them (below)
   int warps;              // staging warps of this operand
 };
 
@@ -122,8 +132,9 @@ __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks
   const int64_t row = int64_t{warp % row_groups} * 32 + lane;
   const int chunk = warp / row_groups;
   const int first = chunk * kChunkTiles, last = min(first + kChunkTiles, s.k_tiles);
+  const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
   if (row >= s.rows) {
-    for (int t = first; t < last; ++t) s.factors[t * s.padded_rows + row] = 1.0f;
+    for (int t = first; t < last; ++t) s.factors[t * s.padded_rows + slot] = 1.0f;
     return;
   }
   const PackedOperand& op = job.source;
@@ -145,7 +156,7 @@ __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks
                               : make_uint4(0, 0, 0, 0);
       store_block(codes, (shifts >> (8 * j)) & 0xFFu, out + 32 * j);
     }
-    s.factors[t * s.padded_rows + row] =
+    s.factors[t * s.padded_rows + slot] =
         __uint_as_float(f.base >= job.factor_shift ? (f.base - job.factor_shift) << 23 : 0u);
   }
   s.summaries[chunk * s.rows + row] = bad << 16 | hi << 8 | lo;
@@ -255,14 +266,20 @@ __device__ __forceinline__ void promote(float (&acc)[Layout::kAcc],
                                         const int32_t (&sum)[Layout::kAcc],
                                         const float* stage_factors, int a_row) {
   const float fa0 = stage_factors[a_row], fa1 = stage_factors[a_row + 8];
-  const int q = threadIdx.x % 4;
+  // B's factors of columns 8 j + 2 q + {0, 1}, j = 0..15: 32 consecutive floats (factor_slot).
+  const float4* fb4 = reinterpret_cast<const float4*>(stage_factors + kTileM + 32 * (threadIdx.x % 4));
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j) {
-    const float2 fb = *reinterpret_cast<const float2*>(stage_factors + kTileM + 8 * j + 2 * q);
-    acc[4 * j + 0] = fmaf(__int2float_rn(sum[4 * j + 0]), fa0 * fb.x, acc[4 * j + 0]);
-    acc[4 * j + 1] = fmaf(__int2float_rn(sum[4 * j + 1]), fa0 * fb.y, acc[4 * j + 1]);
-    acc[4 * j + 2] = fmaf(__int2float_rn(sum[4 * j + 2]), fa1 * fb.x, acc[4 * j + 2]);
-    acc[4 * j + 3] = fmaf(__int2float_rn(sum[4 * j + 3]), fa1 * fb.y, acc[4 * j + 3]);
+  for (int jj = 0; jj < kTileN / 16; ++jj) {
+    const float4 f = fb4[(jj + 2 * (threadIdx.x % 4)) % 8];
+    const float fb[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * jj + h;
+      acc[4 * j + 0] = fmaf(__int2float_rn(sum[4 * j + 0]), fa0 * fb[2 * h], acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(__int2float_rn(sum[4 * j + 1]), fa0 * fb[2 * h + 1], acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(__int2float_rn(sum[4 * j + 2]), fa1 * fb[2 * h], acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(__int2float_rn(sum[4 * j + 3]), fa1 * fb[2 * h + 1], acc[4 * j + 3]);
+    }
   }
 }
 
@@ -414,8 +431,8 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   auto* base = static_cast<uint8_t*>(p.workspace);
   const StagedOperand a = staged_operand(base, w.a), b = staged_operand(base + w.b_offset, w.b);
   const int64_t chunks = (a.k_tiles + kChunkTiles - 1) / kChunkTiles;
-  const StagingJob job_a{p.a, a, 0, static_cast<int>(a.padded_rows / 32 * chunks)};
-  const StagingJob job_b{p.b, b, 2, static_cast<int>(b.padded_rows / 32 * chunks)};
+  const StagingJob job_a{p.a, a, 0, false, static_cast<int>(a.padded_rows / 32 * chunks)};
+  const StagingJob job_b{p.b, b, 2, true, static_cast<int>(b.padded_rows / 32 * chunks)};
   const int64_t warps = int64_t{job_a.warps} + job_b.warps;
   stage_kernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(
       job_a, job_b, static_cast<int>(p.k / 32));
