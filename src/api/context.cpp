@@ -137,8 +137,9 @@ a4w4_status a4w4_context_set_workspace(a4w4_context ctx, a4w4_device device, voi
                  "device: this build of a4w4 has no CUDA backend (configure with -DA4W4_CUDA=ON)");
     const int count = a4w4::cuda::device_count();
     if (device.ordinal < 0 || device.ordinal >= count)
-      a4w4::fail(A4W4_ERROR_NO_DEVICE, "device: CUDA device {} requested, but {} device(s) are present",
-                 device.ordinal, count);
+      a4w4::fail(A4W4_ERROR_NO_DEVICE,
+                 "device: CUDA device {} requested, but {} device(s) are present", device.ordinal,
+                 count);
     a4w4::cuda::check_pointer(ptr, device, "workspace");
     if (reinterpret_cast<uintptr_t>(ptr) % 256 != 0)
       a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "ptr: must be 256-byte aligned (as cudaMalloc's)");

@@ -148,9 +148,15 @@ GemmCall check_gemm_call(const a4w4_context_t& context, const a4w4_tensor* a,
   const bool has_workspace = workspace.bytes > 0 && dv.device.type == workspace.device.type &&
                              dv.device.ordinal == workspace.device.ordinal;
   if (has_workspace) {
-    const MatrixView wv{"the context's workspace", workspace.ptr, A4W4_DTYPE_E8M0, 1,
-                        static_cast<int64_t>(workspace.bytes), static_cast<int64_t>(workspace.bytes),
-                        workspace.device, A4W4_LAYOUT_PLAIN, 0};
+    const MatrixView wv{"the context's workspace",
+                        workspace.ptr,
+                        A4W4_DTYPE_E8M0,
+                        1,
+                        static_cast<int64_t>(workspace.bytes),
+                        static_cast<int64_t>(workspace.bytes),
+                        workspace.device,
+                        A4W4_LAYOUT_PLAIN,
+                        0};
     for (const MatrixView* view : operands) expect_disjoint(wv, *view);
   }
 

@@ -1,5 +1,6 @@
 // The device workspace of the staging GEMM kernels (cuda.int8_128x128): where each part lives and
-// how large the whole is. Plain arithmetic, so that a4w4_gemm_workspace_size answers in every build.
+// how large the whole is. Plain arithmetic, so that a4w4_gemm_workspace_size answers in every
+// build.
 #pragma once
 
 #include <cstddef>

@@ -623,8 +623,7 @@ TEST_F(CudaBackend, StagingKernelsNeedTheContextsWorkspace) {
   EXPECT_TRUE(untouched());
   // Bad workspaces are refused where they are set.
   std::vector<uint8_t> host(1024);
-  EXPECT_EQ(a4w4_context_set_workspace(ctx_, gpu, host.data(), 1024),
-            A4W4_ERROR_DEVICE_MISMATCH);
+  EXPECT_EQ(a4w4_context_set_workspace(ctx_, gpu, host.data(), 1024), A4W4_ERROR_DEVICE_MISMATCH);
   EXPECT_EQ(a4w4_context_set_workspace(ctx_, gpu, static_cast<uint8_t*>(workspace.get()) + 16, 256),
             A4W4_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(1000), workspace.get(), bytes),

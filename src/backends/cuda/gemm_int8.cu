@@ -24,8 +24,8 @@
 //   holds); then its thread 0 fills a ring of stages by TMA (A's and B's 128 rows x 128 int8,
 //   128-byte swizzled, and the step's 2 x 128 factors). Two consumer warpgroups (64 rows each)
 //   issue 4 wgmma m64n128k32 s8.s8 -> s32 per step (the chain starts from zero), wait, promote the
-//   sums into fp32 accumulators and release the stage; while one promotes, the other's MMAs keep the
-//   tensor cores busy.
+//   sums into fp32 accumulators and release the stage; while one promotes, the other's MMAs keep
+//   the tensor cores busy.
 // A tile whose verdict fails (a row's K tile spreading over more than 3 binades, a NaN scale,
 // exponents outside fp32's safe range) runs the generic kernel's exact tile code
 // (generic_tile.cuh) on the original operands instead: exact in-block sums, double accumulation,
@@ -76,9 +76,9 @@ __host__ __device__ constexpr int factor_slot(int n) {
 
 // One operand's staged form in the workspace (dispatch/workspace.h).
 struct StagedOperand {
-  int8_t* values;        // [rows][padded_k], folded int8
-  float* factors;        // [k_tiles][padded_rows]: 2^(base - 127) (A) or 2^(base - 129) (B)
-  uint32_t* summaries;   // [chunks][rows]: bit 16 = some tile does not fold, 15..8 max, 7..0 min
+  int8_t* values;       // [rows][padded_k], folded int8
+  float* factors;       // [k_tiles][padded_rows]: 2^(base - 127) (A) or 2^(base - 129) (B)
+  uint32_t* summaries;  // [chunks][rows]: bit 16 = some tile does not fold, 15..8 max, 7..0 min
   int64_t rows, padded_rows, padded_k;
   int k_tiles;
 };
@@ -162,9 +162,9 @@ __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks
   s.summaries[chunk * s.rows + row] = bad << 16 | hi << 8 | lo;
 }
 
-__global__ void __launch_bounds__(256) stage_kernel(const __grid_constant__ StagingJob a,
-                                                    const __grid_constant__ StagingJob b,
-                                                    int blocks) {
+__global__ void __launch_bounds__(256)
+    stage_kernel(const __grid_constant__ StagingJob a, const __grid_constant__ StagingJob b,
+                 int blocks) {
   const int warp = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (warp < a.warps) {
@@ -267,7 +267,8 @@ __device__ __forceinline__ void promote(float (&acc)[Layout::kAcc],
                                         const float* stage_factors, int a_row) {
   const float fa0 = stage_factors[a_row], fa1 = stage_factors[a_row + 8];
   // B's factors of columns 8 j + 2 q + {0, 1}, j = 0..15: 32 consecutive floats (factor_slot).
-  const float4* fb4 = reinterpret_cast<const float4*>(stage_factors + kTileM + 32 * (threadIdx.x % 4));
+  const float4* fb4 =
+      reinterpret_cast<const float4*>(stage_factors + kTileM + 32 * (threadIdx.x % 4));
 #pragma unroll
   for (int jj = 0; jj < kTileN / 16; ++jj) {
     const float4 f = fb4[(jj + 2 * (threadIdx.x % 4)) % 8];
@@ -445,7 +446,7 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
   gemm_int8_kernel<<<static_cast<unsigned>(grid), kThreads, L::kBytes, stream>>>(p, a, b, map_a,
-                                                                                  map_b);
+                                                                                 map_b);
   check_launch("gemm_int8_kernel");
 }
 

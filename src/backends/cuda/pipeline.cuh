@@ -1,6 +1,6 @@
 // sm_90 asynchronous pipeline building blocks: shared-memory mbarriers (arrive, expect-tx, parity
-// waits), 1D bulk copies and 2D and 3D TMA loads into shared memory that complete on an mbarrier, and named barriers
-// for a subset of the CTA's warps.
+// waits), 1D bulk copies and 2D and 3D TMA loads into shared memory that complete on an mbarrier,
+// and named barriers for a subset of the CTA's warps.
 //
 // Phases: a barrier starts in phase 0; wait(parity) returns once the phase with that parity has
 // completed. A ring slot used for the i-th time (i = use / slots) is full after phase i, so a
@@ -73,10 +73,11 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
 }
 // Copies `bytes` (a multiple of 16, from and to 16-byte aligned addresses) of global memory into
 // `dst`, completing them on `bar` (armed by the caller).
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
   A4W4_SM90_ASM(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem(dst)),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(smem(dst)),
       "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem(bar))
       : "memory");
 }
