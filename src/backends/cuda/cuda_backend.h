@@ -24,8 +24,8 @@ std::string gemm_bf16_why_not(const GemmProblem& problem);
 void gemm_bf16_128x256(const GemmProblem& problem, const ExecConfig& exec);
 void gemm_bf16_128x128(const GemmProblem& problem, const ExecConfig& exec);
 // The int8 wgmma family, exact mode (gemm_int8.cu), sm_90a: 128 x 128 tiles on A and B staged as
-// folded int8 in the context's workspace (problem.workspace). Registered with a speed below
-// cuda.generic so that the heuristic never picks it, only a request by name.
+// folded int8 in the context's workspace (problem.workspace); tiles that do not fold run on the
+// bf16 family in the same call. Chosen by the heuristic whenever the workspace is there.
 std::string gemm_int8_why_not(const GemmProblem& problem);
 void gemm_int8_128x128(const GemmProblem& problem, const ExecConfig& exec);
 std::string gemm_generic_why_not(const GemmProblem& problem);

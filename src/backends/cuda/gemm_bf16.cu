@@ -44,6 +44,7 @@
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/generic_tile.cuh"
+#include "backends/cuda/int8_fold.cuh"
 #include "backends/cuda/persistent_tiles.cuh"
 #include "backends/cuda/pipeline.cuh"
 #include "backends/cuda/sm90_family.cuh"
@@ -71,6 +72,24 @@ constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are
 // Named barriers: 0 is __syncthreads; the converters sync on 1; the generic fallback tiles of
 // consumer warpgroups 0 and 1 on 2 and 3; their A conversions on 4 and 5.
 constexpr uint32_t kConverterBarrier = 1, kConsumerBarrier = 4;
+
+// The first tile of the CTA's persistent loop from `tile` on that this launch computes: all of
+// them, unless it runs the tiles that the int8 family's launch of the same call left (`skip` then
+// names the int8 family's verdicts; a tile is skipped when each of its 128-column parts folded
+// there).
+template <int kTileN>
+__device__ __forceinline__ int own_tile(const GemmProblem& p, int tile,
+                                        const fold::StagedVerdicts& skip) {
+  if (skip.a_blocks == nullptr) return tile;
+  for (; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
+    int64_t m0, n0;
+    persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
+    bool folded = true;
+    for (int64_t n = n0; n < n0 + kTileN && n < p.n; n += 128) folded = folded && skip.folds(m0, n);
+    if (!folded) return tile;
+  }
+  return tile;
+}
 
 // What the converters found in a tile's scales, handed to the consumers.
 struct TileInfo {
@@ -319,7 +338,7 @@ __device__ __forceinline__ void convert_prepared(const GemmProblem& p, int64_t n
 // holds 128-K tiles of the prepared layout, each serving two K steps).
 template <int kTileN, bool kPrepared>
 __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, uint8_t* smem,
-                              Control& ctl) {
+                              Control& ctl, const fold::StagedVerdicts& skip) {
   using L = Layout<kTileN>;
   constexpr int kRing = kPrepared ? L::kPreparedRawStages : kRawStages;
   constexpr int kLoadBytes = kPrepared ? L::kPreparedRawBytes : L::kRawBytes;
@@ -329,8 +348,9 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
   const int loads = kPrepared ? k_tiles : steps;  // raw stages per tile of D
   uint32_t raw_use = 0, stage_use = 0;            // uses of the rings so far: slot and phase
   int local = 0;
-  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p);
-       tile += gridDim.x, ++local) {
+  for (int tile = own_tile<kTileN>(p, blockIdx.x, skip);
+       tile < persistent::tile_count<kTileM, kTileN>(p);
+       tile = own_tile<kTileN>(p, tile + gridDim.x, skip), ++local) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     // Raw stage `load` (a K step, or a prepared B's K tile) into the slot of ring use `use`, once
@@ -460,7 +480,7 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
 // A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile).
 template <int kTileN>
 __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, uint8_t* smem,
-                              Control& ctl, int wg) {
+                              Control& ctl, int wg, const fold::StagedVerdicts& skip) {
   using L = Layout<kTileN>;
   const int thread = threadIdx.x % kWarpgroup;
   const int steps = static_cast<int>(p.k / kStepK);
@@ -472,8 +492,9 @@ __device__ void consume_tiles(const GemmProblem& p, const CUtensorMap* map_a, ui
   uint32_t use = 0;
   int local = 0;
   float acc[L::kAcc];
-  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p);
-       tile += gridDim.x, ++local) {
+  for (int tile = own_tile<kTileN>(p, blockIdx.x, skip);
+       tile < persistent::tile_count<kTileM, kTileN>(p);
+       tile = own_tile<kTileN>(p, tile + gridDim.x, skip), ++local) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     const int64_t rows0 = m0 + 64 * wg;
@@ -567,7 +588,8 @@ template <int kTileN>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16_kernel(const __grid_constant__ GemmProblem p,
                      const __grid_constant__ CUtensorMap map_a,
-                     const __grid_constant__ CUtensorMap map_b) {
+                     const __grid_constant__ CUtensorMap map_b,
+                     const __grid_constant__ fold::StagedVerdicts skip) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using L = Layout<kTileN>;
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
@@ -582,16 +604,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x < kWarpgroup) {
     pipeline::shrink_registers<kConverterRegisters>();
     if (p.b.layout == A4W4_LAYOUT_PLAIN) {
-      convert_tiles<kTileN, false>(p, &map_b, smem, ctl);
+      convert_tiles<kTileN, false>(p, &map_b, smem, ctl, skip);
     } else {
-      convert_tiles<kTileN, true>(p, &map_b, smem, ctl);
+      convert_tiles<kTileN, true>(p, &map_b, smem, ctl, skip);
     }
   } else {
     pipeline::grow_registers<kConsumerRegisters>();
-    consume_tiles<kTileN>(p, &map_a, smem, ctl, threadIdx.x / kWarpgroup - 1);
+    consume_tiles<kTileN>(p, &map_a, smem, ctl, threadIdx.x / kWarpgroup - 1, skip);
   }
 #else
-  (void)p, (void)map_a, (void)map_b;
+  (void)p, (void)map_a, (void)map_b, (void)skip;
   __trap();
 #endif
 }
@@ -617,7 +639,7 @@ CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k, int b
 }
 
 template <int kTileN>
-void launch(const GemmProblem& p) {
+void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, nullptr}) {
   using L = Layout<kTileN>;
   static_assert(L::kBytes <= 227 * 1024);
   check_cuda(
@@ -631,7 +653,7 @@ void launch(const GemmProblem& p) {
                                          device_info(p.device.ordinal).sm_count);
   gemm_bf16_kernel<kTileN>
       <<<static_cast<unsigned>(grid), kThreads, L::kBytes, static_cast<cudaStream_t>(p.stream)>>>(
-          p, map_a, map_b);
+          p, map_a, map_b, skip);
   check_launch("gemm_bf16_kernel");
 }
 
@@ -668,6 +690,12 @@ void gemm_bf16_128x256(const GemmProblem& p, const ExecConfig&) {
 void gemm_bf16_128x128(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
   launch<128>(p);
+}
+
+// The tiles of D that the int8 family's launch of the same call left (gemm_int8.cu): 128 x 128
+// tiles, the int8 family's, so that each tile is computed once.
+void gemm_bf16_unfolded_tiles(const GemmProblem& p, const fold::StagedVerdicts& skip) {
+  launch<128>(p, skip);
 }
 
 }  // namespace a4w4::cuda

@@ -60,9 +60,8 @@ constexpr int kThreads = 3 * kWarpgroup;  // producer, then two consumer warpgro
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * 168);
 constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are reused from L2
-// Named barriers: 0 is __syncthreads; the producers sync on 1; the generic fallback tiles of
-// consumer warpgroups 0 and 1 on 2 and 3.
-constexpr uint32_t kProducerBarrier = 1;
+// Named barriers: 0 is __syncthreads; the generic fallback tiles of consumer warpgroups 0 and 1
+// sync on 2 and 3.
 constexpr int kChunkTiles = StagedOperandLayout::kChunkTiles;  // K tiles per staging warp
 
 // Where B's factor of row n lands inside its 128-row block: a consumer thread with q = lane % 4
@@ -79,6 +78,7 @@ struct StagedOperand {
   int8_t* values;       // [rows][padded_k], folded int8
   float* factors;       // [k_tiles][padded_rows]: 2^(base - 127) (A) or 2^(base - 129) (B)
   uint32_t* summaries;  // [chunks][rows]: bit 16 = some tile does not fold, 15..8 max, 7..0 min
+  uint32_t* blocks;     // [padded_rows / 128]: the same over 128 rows (fold::StagedVerdicts)
   int64_t rows, padded_rows, padded_k;
   int k_tiles;
 };
@@ -94,9 +94,6 @@ struct StagingJob {
 
 struct Control {
   uint64_t full[kStages], empty[kStages];  // producer (TMA) -> consumers -> producer
-  uint64_t info_full[2], info_empty[2];    // the tile's verdict: producers -> consumers
-  int foldable[2];
-  uint32_t reduce[4][5];  // per producer warp: any row not folding, A's and B's base range
 };
 
 struct Layout {
@@ -162,6 +159,35 @@ __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks
   s.summaries[chunk * s.rows + row] = bad << 16 | hi << 8 | lo;
 }
 
+// Warp w: the summary of 128-row block w of A (then of B), every row's chunks combined.
+__device__ void summarize_block(const StagedOperand& s, int block, int lane) {
+  const int chunks = (s.k_tiles + kChunkTiles - 1) / kChunkTiles;
+  uint32_t bad = 0, lo = 0xFFu, hi = 0u;
+  const int64_t end = min(s.rows, int64_t{block + 1} * kTileM);
+  for (int64_t row = int64_t{block} * kTileM + lane; row < end; row += 32)
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      const uint32_t w = s.summaries[chunk * s.rows + row];
+      bad |= w >> 16;
+      lo = min(lo, w & 0xFFu), hi = max(hi, (w >> 8) & 0xFFu);
+    }
+  bad = __reduce_or_sync(0xFFFFFFFFu, bad);
+  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
+  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+  if (lane == 0) s.blocks[block] = bad << 16 | hi << 8 | lo;
+}
+
+__global__ void __launch_bounds__(256) summarize_kernel(const __grid_constant__ StagedOperand a,
+                                                        const __grid_constant__ StagedOperand b) {
+  const int warp = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int blocks_a = static_cast<int>(a.padded_rows / kTileM);
+  if (warp < blocks_a) {
+    summarize_block(a, warp, lane);
+  } else if (warp < blocks_a + b.padded_rows / kTileM) {
+    summarize_block(b, warp - blocks_a, lane);
+  }
+}
+
 __global__ void __launch_bounds__(256)
     stage_kernel(const __grid_constant__ StagingJob a, const __grid_constant__ StagingJob b,
                  int blocks) {
@@ -175,42 +201,6 @@ __global__ void __launch_bounds__(256)
 }
 
 // ---- The GEMM ----------------------------------------------------------------------------
-
-// The verdict of tile (m0, n0) by the 128 producer threads: every (row, K tile) folds and fp32's
-// range holds for the bases of the tile's rows.
-__device__ bool tile_folds(const StagedOperand& a, const StagedOperand& b, int64_t m0, int64_t n0,
-                           Control& ctl) {
-  const int c = threadIdx.x, warp = c / 32;
-  const int chunks = (a.k_tiles + kChunkTiles - 1) / kChunkTiles;
-  uint32_t bad = 0, lo[2] = {0xFFu, 0xFFu}, hi[2] = {0u, 0u};
-  const StagedOperand* ops[2] = {&a, &b};
-  const int64_t rows[2] = {m0 + c, n0 + c};
-#pragma unroll
-  for (int o = 0; o < 2; ++o) {
-    if (rows[o] >= ops[o]->rows) continue;
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-      const uint32_t s = __ldg(ops[o]->summaries + chunk * ops[o]->rows + rows[o]);
-      bad |= s >> 16;
-      lo[o] = min(lo[o], s & 0xFFu), hi[o] = max(hi[o], (s >> 8) & 0xFFu);
-    }
-  }
-  const uint32_t values[5] = {
-      __reduce_or_sync(0xFFFFFFFFu, bad), __reduce_min_sync(0xFFFFFFFFu, lo[0]),
-      __reduce_max_sync(0xFFFFFFFFu, hi[0]), __reduce_min_sync(0xFFFFFFFFu, lo[1]),
-      __reduce_max_sync(0xFFFFFFFFu, hi[1])};
-  if (c % 32 == 0)
-    for (int i = 0; i < 5; ++i) ctl.reduce[warp][i] = values[i];
-  pipeline::named_sync(kProducerBarrier, kWarpgroup);
-  uint32_t any_bad = 0, a_lo = 0xFFu, a_hi = 0u, b_lo = 0xFFu, b_hi = 0u;
-  for (int w = 0; w < 4; ++w) {
-    any_bad |= ctl.reduce[w][0];
-    a_lo = min(a_lo, ctl.reduce[w][1]), a_hi = max(a_hi, ctl.reduce[w][2]);
-    b_lo = min(b_lo, ctl.reduce[w][3]), b_hi = max(b_hi, ctl.reduce[w][4]);
-  }
-  // ctl.reduce is read by every producer before the next tile's verdict writes it.
-  pipeline::named_sync(kProducerBarrier, kWarpgroup);
-  return any_bad == 0 && fold::fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi);
-}
 
 // Thread 0 of the producers: the stages of one foldable tile (ring use `use` onwards), each once
 // the consumers have released its slot: A's and B's 128 rows of the step by TMA, their factors by
@@ -234,26 +224,17 @@ __device__ void produce_stages(const StagedOperand& a, const StagedOperand& b, i
   }
 }
 
-// The producer warpgroup (threads 0..127): each tile's verdict, then (thread 0) its stages.
+// The producer (thread 0 of the first warpgroup; the others only hand their registers over): the
+// stages of each foldable tile.
 __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, const StagedOperand& b,
-                              const CUtensorMap* map_a, const CUtensorMap* map_b, uint8_t* smem,
-                              Control& ctl) {
+                              fold::StagedVerdicts verdicts, const CUtensorMap* map_a,
+                              const CUtensorMap* map_b, uint8_t* smem, Control& ctl) {
+  if (threadIdx.x != 0) return;
   uint32_t use = 0;  // stages of foldable tiles so far: slot and phase of the ring
-  int local = 0;
-  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p);
-       tile += gridDim.x, ++local) {
+  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
-    const bool foldable = tile_folds(a, b, m0, n0, ctl);
-    if (threadIdx.x == 0) {
-      const int slot = local % 2;
-      pipeline::wait(&ctl.info_empty[slot], ((local / 2) & 1) ^ 1);
-      ctl.foldable[slot] = foldable ? 1 : 0;
-      pipeline::arrive(&ctl.info_full[slot]);
-      // Not foldable: the consumers run the exact generic tiles.
-      if (foldable) produce_stages(a, b, m0, n0, map_a, map_b, smem, ctl, use);
-    }
-    __syncwarp();  // warp 0 converged again before the next verdict's barriers
+    if (verdicts.folds(m0, n0)) produce_stages(a, b, m0, n0, map_a, map_b, smem, ctl, use);
   }
 }
 
@@ -284,9 +265,10 @@ __device__ __forceinline__ void promote(float (&acc)[Layout::kAcc],
   }
 }
 
-// A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile).
-__device__ void consume_tiles(const GemmProblem& p, int k_tiles, uint8_t* smem, Control& ctl,
-                              int wg) {
+// A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile). Tiles that do not fold are left
+// to the bf16 family's launch that follows (exact_here false) or run the generic exact tile code.
+__device__ void consume_tiles(const GemmProblem& p, int k_tiles, fold::StagedVerdicts verdicts,
+                              bool exact_here, uint8_t* smem, Control& ctl, int wg) {
   using L = Layout;
   const int thread = threadIdx.x % kWarpgroup;
   auto* generic_tiles = reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset);
@@ -294,20 +276,14 @@ __device__ void consume_tiles(const GemmProblem& p, int k_tiles, uint8_t* smem, 
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int acc_row = 64 * wg + 16 * warp + g;  // this thread's first accumulator row in the tile
   uint32_t use = 0;
-  int local = 0;
   float acc[L::kAcc];
   int32_t sums[L::kAcc];
-  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p);
-       tile += gridDim.x, ++local) {
+  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     const int64_t rows0 = m0 + 64 * wg;
-    const int slot = local % 2;
-    pipeline::wait(&ctl.info_full[slot], (local / 2) & 1);
-    const bool foldable = ctl.foldable[slot] != 0;
-    pipeline::arrive(&ctl.info_empty[slot]);
-    if (!foldable) {
-      persistent::exact_rows<kTileN>(p, rows0, n0, thread, generic_tiles, wg);
+    if (!verdicts.folds(m0, n0)) {
+      if (exact_here) persistent::exact_rows<kTileN>(p, rows0, n0, thread, generic_tiles, wg);
       continue;
     }
 
@@ -348,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemm_int8_kernel(const __grid_constant__ GemmProblem p, const __grid_constant__ StagedOperand a,
                      const __grid_constant__ StagedOperand b,
                      const __grid_constant__ CUtensorMap map_a,
-                     const __grid_constant__ CUtensorMap map_b) {
+                     const __grid_constant__ CUtensorMap map_b, int exact_here) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using L = Layout;
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
@@ -359,24 +335,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       pipeline::init(&ctl.full[i], 1);                // the producer's expect-tx arrival
       pipeline::init(&ctl.empty[i], 2 * kWarpgroup);  // every consumer thread
     }
-    for (int i = 0; i < 2; ++i) {
-      pipeline::init(&ctl.info_full[i], 1);
-      pipeline::init(&ctl.info_empty[i], 2 * kWarpgroup);
-    }
     pipeline::fence_init();
     pipeline::prefetch_map(&map_a);
     pipeline::prefetch_map(&map_b);
   }
   __syncthreads();
+  const fold::StagedVerdicts verdicts{a.blocks, b.blocks};
   if (threadIdx.x < kWarpgroup) {
     pipeline::shrink_registers<kProducerRegisters>();
-    produce_tiles(p, a, b, &map_a, &map_b, smem, ctl);
+    produce_tiles(p, a, b, verdicts, &map_a, &map_b, smem, ctl);
   } else {
     pipeline::grow_registers<kConsumerRegisters>();
-    consume_tiles(p, a.k_tiles, smem, ctl, threadIdx.x / kWarpgroup - 1);
+    consume_tiles(p, a.k_tiles, verdicts, exact_here != 0, smem, ctl, threadIdx.x / kWarpgroup - 1);
   }
 #else
-  (void)p, (void)a, (void)b, (void)map_a, (void)map_b;
+  (void)p, (void)a, (void)b, (void)map_a, (void)map_b, (void)exact_here;
   __trap();
 #endif
 }
@@ -386,6 +359,7 @@ StagedOperand staged_operand(uint8_t* base, const StagedOperandLayout& l) {
   return StagedOperand{reinterpret_cast<int8_t*>(base + l.values),
                        reinterpret_cast<float*>(base + l.factors),
                        reinterpret_cast<uint32_t*>(base + l.summaries),
+                       reinterpret_cast<uint32_t*>(base + l.block_summaries),
                        l.rows,
                        l.padded_rows,
                        l.padded_k,
@@ -438,6 +412,9 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   stage_kernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(
       job_a, job_b, static_cast<int>(p.k / 32));
   check_launch("stage_kernel");
+  const int64_t block_warps = (a.padded_rows + b.padded_rows) / kTileM;
+  summarize_kernel<<<static_cast<unsigned>((block_warps + 7) / 8), 256, 0, stream>>>(a, b);
+  check_launch("summarize_kernel");
 
   check_cuda(cudaFuncSetAttribute(gemm_int8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(L::kBytes)),
@@ -445,9 +422,13 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   const CUtensorMap map_a = staged_map(a), map_b = staged_map(b);
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
-  gemm_int8_kernel<<<static_cast<unsigned>(grid), kThreads, L::kBytes, stream>>>(p, a, b, map_a,
-                                                                                 map_b);
+  // Tiles that do not fold go to the bf16 family where it applies (exact, ~300 TFLOP/s), else to
+  // the generic exact tile code inside this kernel (~30 TFLOP/s).
+  const bool bf16_takes_the_rest = gemm_bf16_why_not(p).empty();
+  gemm_int8_kernel<<<static_cast<unsigned>(grid), kThreads, L::kBytes, stream>>>(
+      p, a, b, map_a, map_b, bf16_takes_the_rest ? 0 : 1);
   check_launch("gemm_int8_kernel");
+  if (bf16_takes_the_rest) gemm_bf16_unfolded_tiles(p, fold::StagedVerdicts{a.blocks, b.blocks});
 }
 
 }  // namespace a4w4::cuda

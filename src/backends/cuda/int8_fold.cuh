@@ -56,6 +56,21 @@ struct FoldedRow {
   return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
 }
 
+// The int8 family's staged operands (gemm_int8.cu) summarise each 128 rows in one word: bit 16 =
+// some (row, 128-K tile) does not fold, bits 15..8 the largest base, 7..0 the smallest. A 128 x 128
+// tile of D takes the folded int8 path when neither its A rows nor its B rows have a tile that does
+// not fold and fp32's range holds for their bases; the bf16 family runs the other tiles of the same
+// call (gemm_bf16.cu), so both read this one rule.
+struct StagedVerdicts {
+  const uint32_t* a_blocks;  // nullptr: no staged operands (every tile is the caller's)
+  const uint32_t* b_blocks;
+  __device__ __forceinline__ bool folds(int64_t m0, int64_t n0) const {
+    const uint32_t wa = a_blocks[m0 / 128], wb = b_blocks[n0 / 128];
+    return ((wa | wb) >> 16) == 0 &&
+           fp32_accumulation_safe(wa & 0xFFu, (wa >> 8) & 0xFFu, wb & 0xFFu, (wb >> 8) & 0xFFu);
+  }
+};
+
 // The PRMT tables of one block folded with shift d (0..3): 2 * |E2M1| * 2^d for codes 0..7 (pos)
 // and their negations as int8 (neg; code 0 stays 0, so -0 gives 0). Every shifted magnitude is at
 // most 96, so no byte carries into the next, and the negations' bytes are 256 - x with x >= 1.
@@ -137,3 +152,9 @@ struct WeightBlock {
 }
 
 }  // namespace a4w4::cuda::fold
+
+namespace a4w4::cuda {
+// The bf16 family's launch over the tiles `skip` says did not fold (gemm_bf16.cu), on the caller's
+// device and stream.
+void gemm_bf16_unfolded_tiles(const GemmProblem& p, const fold::StagedVerdicts& skip);
+}  // namespace a4w4::cuda
