@@ -78,7 +78,8 @@ constexpr std::array kGemmKernels = {
     // the bf16 kernels' 16 and 14); below, by name or tuned entry.
     GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
                false, false, 65, 0, 26.0,
-               "sm_90a; plain A and B with 16-byte aligned rows; a context workspace of "
+               "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
+               "(data 16-byte, scales 4-byte aligned); a context workspace of "
                "a4w4_gemm_workspace_size bytes; K % 32 == 0; M, N, K < 2^31",
                cuda::gemm_int8_why_not, cuda::gemm_int8_128x128, 0.0, 1024},
     GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_GENERIC, 64, 64, 32, 0, false,

@@ -562,6 +562,15 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
       {130, 456, 320, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, false, 0, kernel, 0},
       {256, 256, 512, A4W4_DTYPE_F32, false, false, kExtremeFoldScales, false, 0, kernel, 0},
       {384, 640, 1056, A4W4_DTYPE_F32, true, true, kFoldMixedScales, false, 0, kernel, 32},
+      // A prepared B (staged from its 16 x 128 tiles): N not a multiple of 16 or of the tile, K
+      // with a partial last 128-K tile (its padding blocks' zero scales must not count), folded
+      // and unfolded tiles mixed (the unfolded ones on the bf16 launch at K % 64 == 0, on the
+      // generic tiles at K = 96), persistent loops.
+      {70, 17, 128, A4W4_DTYPE_F32, false, false, kFoldScales, true, 0, kernel, 0},
+      {257, 200, 96, A4W4_DTYPE_F32, true, false, kFoldMixedScales, true, 0, kernel, 0},
+      {130, 456, 320, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, true, 0, kernel, 0},
+      {1000, 2300, 1024, A4W4_DTYPE_F16, false, true, kFoldMixedScales, true, 0, kernel, 0},
+      {300, 520, 4096, A4W4_DTYPE_F32, true, false, kFoldScales, true, 0, kernel, 0},
   };
   for (const GemmCase& c : large) {
     run_case(ctx_, rng_, c);

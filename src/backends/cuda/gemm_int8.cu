@@ -47,6 +47,7 @@
 #include "backends/cuda/tensor_map.h"
 #include "backends/cuda/wgmma.cuh"
 #include "dispatch/workspace.h"
+#include "numerics/weight_layout.h"
 
 namespace a4w4::cuda {
 namespace {
@@ -121,6 +122,41 @@ __device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, int8_t*
   reinterpret_cast<uint4*>(out)[1] = make_uint4(z.x, z.y, w.x, w.y);
 }
 
+// K tile t of row `row` of op (plain or A4W4_LAYOUT_PREPARED_V1): its 4 blocks' codes (element i of
+// a block in nibble i, as a plain row holds them) and their 4 scale bytes, blocks past `blocks`
+// zero with the tile's first block's scale (so they neither widen the spread nor lower the base).
+__device__ __forceinline__ void load_tile(const PackedOperand& op, int64_t row, int t, int blocks,
+                                          bool scale_words, uint4 (&codes)[4], uint32_t& scales) {
+  if (op.layout == A4W4_LAYOUT_PLAIN) {
+    const uint8_t* codes_row = op.data + row * op.stride_bytes;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      codes[j] = 4 * t + j < blocks
+                     ? __ldg(reinterpret_cast<const uint4*>(codes_row + 16 * (4 * t + j)))
+                     : make_uint4(0, 0, 0, 0);
+    scales = fold::scale_word(op.scale + row * op.scale_stride, t, blocks, scale_words);
+    return;
+  }
+  // Prepared (numerics/weight_layout.h): in the tile of row group row / 16, lane (r % 8) * 4 + p
+  // holds piece p (elements 8p .. 8p + 7) of each of the 4 blocks, for row r % 8 then r % 8 + 8;
+  // padding blocks are zero, their scale bytes too (replaced here).
+  const int64_t k_tiles = (blocks + 3) / 4, tile = row / 16 * k_tiles + t;
+  const int r = static_cast<int>(row % 16);
+  const uint8_t* lanes = op.data + tile * layout::kTileBytes + (r % 8) * 4 * 32 + (r / 8) * 16;
+  uint4 piece[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) piece[p] = __ldg(reinterpret_cast<const uint4*>(lanes + 32 * p));
+  codes[0] = make_uint4(piece[0].x, piece[1].x, piece[2].x, piece[3].x);
+  codes[1] = make_uint4(piece[0].y, piece[1].y, piece[2].y, piece[3].y);
+  codes[2] = make_uint4(piece[0].z, piece[1].z, piece[2].z, piece[3].z);
+  codes[3] = make_uint4(piece[0].w, piece[1].w, piece[2].w, piece[3].w);
+  scales = __ldg(reinterpret_cast<const uint32_t*>(op.scale + tile * layout::kTileScaleBytes +
+                                                   (r % 8) * 8 + (r / 8) * 4));
+  for (int j = 1; j < 4; ++j)
+    if (4 * t + j >= blocks)
+      scales = (scales & ~(0xFFu << (8 * j))) | ((scales & 0xFFu) << (8 * j));
+}
+
 // Warp w of the job: rows 32 (w % row_groups) + lane, K tiles [8 chunk, 8 chunk + 8) with
 // chunk = w / row_groups. Rows in [rows, padded_rows) only get factor 1.
 __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks) {
@@ -135,24 +171,19 @@ __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks
     return;
   }
   const PackedOperand& op = job.source;
-  const uint8_t* codes_row = op.data + row * op.stride_bytes;
-  const uint8_t* scale_row = op.scale + row * op.scale_stride;
   const bool words = fold::scale_words(op);
   uint32_t bad = 0, lo = 0xFFu, hi = 0u;
   for (int t = first; t < last; ++t) {
-    const fold::FoldedRow f = fold::fold_row(fold::scale_word(scale_row, t, blocks, words));
+    uint4 codes[4];
+    uint32_t scales;
+    load_tile(op, row, t, blocks, words, codes, scales);
+    const fold::FoldedRow f = fold::fold_row(scales);
     bad |= f.ok ? 0u : 1u;
     lo = min(lo, f.base), hi = max(hi, f.base);
     const uint32_t shifts = f.ok ? f.shifts : 0u;  // a tile that does not fold is never read
     int8_t* out = s.values + row * s.padded_k + int64_t{t} * kStepK;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int block = 4 * t + j;
-      const uint4 codes = block < blocks
-                              ? __ldg(reinterpret_cast<const uint4*>(codes_row + 16 * block))
-                              : make_uint4(0, 0, 0, 0);
-      store_block(codes, (shifts >> (8 * j)) & 0xFFu, out + 32 * j);
-    }
+    for (int j = 0; j < 4; ++j) store_block(codes[j], (shifts >> (8 * j)) & 0xFFu, out + 32 * j);
     s.factors[t * s.padded_rows + slot] =
         __uint_as_float(f.base >= job.factor_shift ? (f.base - job.factor_shift) << 23 : 0u);
   }
@@ -381,11 +412,17 @@ std::string gemm_int8_why_not(const GemmProblem& p) {
   if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
   if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
   if (p.k % 32 != 0) return "K must be a multiple of 32";
-  if (p.a.layout != A4W4_LAYOUT_PLAIN || p.b.layout != A4W4_LAYOUT_PLAIN)
-    return "plain A and B only (no prepared B yet)";
+  if (p.a.layout != A4W4_LAYOUT_PLAIN)
+    return "a plain A only (the prepared layout is for the weight B)";
+  if (p.b.layout != A4W4_LAYOUT_PLAIN && p.b.layout != A4W4_LAYOUT_PREPARED_V1)
+    return "B must be plain or in A4W4_LAYOUT_PREPARED_V1";
   if (p.split_k > 1) return "no split-K";
-  if (!tma::rows_loadable(p.a, p.k) || !tma::rows_loadable(p.b, p.k))
+  if (!tma::rows_loadable(p.a, p.k) ||
+      (p.b.layout == A4W4_LAYOUT_PLAIN && !tma::rows_loadable(p.b, p.k)))
     return "A and B rows must start on 16 bytes, one after the other";
+  if (p.b.layout != A4W4_LAYOUT_PLAIN && (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 ||
+                                          reinterpret_cast<uintptr_t>(p.b.scale) % 4 != 0))
+    return "a prepared B must start on 16 bytes and its scales on 4";
   if (!tma::sizes_fit(p))
     return "M, N and K must be below 2^31 and the 128x128 tiles fewer than 2^31";
   const StagingWorkspace w(p.m, p.n, p.k);
