@@ -193,6 +193,32 @@ TEST(TunedTable, LookupTakesExactMThenTheNextLargerBucket) {
   EXPECT_EQ(table.lookup({"Test GPU", 132}, 1, 64, 256), nullptr);
 }
 
+TEST(TunedTable, EntriesTunedWithAWorkspaceComeFirstInContextsThatHaveOne) {
+  // A `workspace` column among the extra ones: at N = 64 an entry with and one without; at N = 128
+  // only one without, which serves both kinds of context; a context without a workspace never
+  // takes an entry tuned with one.
+  const std::string header = std::string(tuned::kHeader) + ",label,workspace\n";
+  const TunedTable table(header +
+                             "cpu,8,16,64,256,cpu.reference,1,1,1,-,0\n"
+                             "cpu,8,16,64,256,cpu.reference,2,1,1,-,1\n"
+                             "cpu,8,16,128,256,cpu.reference,4,1,1,-,0\n"
+                             "cpu,8,16,256,256,cpu.reference,8,1,1,-,1\n",
+                         "t.csv", kDevices);
+  const auto split_at = [&](int64_t n, bool workspace) {
+    const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, 16, n, 256, workspace);
+    return entry == nullptr ? -1 : entry->split_k;
+  };
+  EXPECT_EQ(split_at(64, false), 1);
+  EXPECT_EQ(split_at(64, true), 2);
+  EXPECT_EQ(split_at(128, false), 4);
+  EXPECT_EQ(split_at(128, true), 4);
+  EXPECT_EQ(split_at(256, false), -1);
+  EXPECT_EQ(split_at(256, true), 8);
+  EXPECT_TRUE(table.warnings().empty());  // the same shape with and without is no duplicate
+  EXPECT_NE(config_error(header + "cpu,8,16,64,256,cpu.reference,1,1,1,-,2\n").find("workspace"),
+            std::string::npos);
+}
+
 // ---- The chooser with the real CPU kernels and a tuned table ----------------------------------
 
 GemmChoice choose(const GemmProblem& p, const TunedTable* table, std::string_view kernel = "") {

@@ -49,6 +49,9 @@ struct TuneSettings {
   int threads = 0;
   uint64_t seed = 1;
   bool wide_scales = false;  // scales 120..135 instead of the typical 125..127 (as a4w4 bench)
+  // Give the contexts a device workspace sized for the largest shape, so that the staging kernels
+  // (cuda.int8_128x128) compete; the entries are marked as tuned with one (column `workspace`).
+  bool workspace = false;
   // The heuristic's choice stays unless another is at least this much faster (percent): closer
   // timings are noise, and a tuned entry should never be a coin flip against the heuristic.
   double margin_percent = 2.0;
@@ -175,8 +178,7 @@ class ShapeRun {
     const double one = std::max(batch_seconds(1), 1e-7);
     const int calls = std::clamp(static_cast<int>(batch_ms * 1e-3 / one), 1, 10000);
     std::vector<double> us;
-    for (int i = 0; i < std::max(samples, 1); ++i)
-      us.push_back(batch_seconds(calls) / calls * 1e6);
+    for (int i = 0; i < std::max(samples, 1); ++i) us.push_back(batch_seconds(calls) / calls * 1e6);
     std::sort(us.begin(), us.end());
     return us[us.size() / 2];
   }
@@ -302,6 +304,23 @@ void run_tune(TuneSettings settings) {
   heuristic_context.set_num_threads(settings.threads);
   heuristic_context.clear_tuned();
 
+  std::vector<uint8_t> workspace_size_of;  // stands for the device buffer's size
+  if (settings.workspace) {
+    if (settings.backend != A4W4_BACKEND_CUDA) fail("--workspace: needs --backend cuda");
+    size_t bytes = 0;
+    for (const bench::Shape& shape : shapes) {
+      size_t shape_bytes = 0;
+      check(a4w4_gemm_workspace_size(shape.m, shape.n, shape.k, &shape_bytes),
+            "a4w4_gemm_workspace_size");
+      bytes = std::max(bytes, shape_bytes);
+    }
+    workspace_size_of.resize(bytes);
+    void* workspace = memory->output(workspace_size_of);
+    for (const Context* c : {&context, &heuristic_context})
+      check(a4w4_context_set_workspace(c->get(), memory->device(), workspace, bytes),
+            "a4w4_context_set_workspace");
+  }
+
   char device_name[256];
   int sm_count = 0;
   check(a4w4_device_tuning_key(memory->device(), device_name, sizeof device_name, &sm_count),
@@ -309,7 +328,7 @@ void run_tune(TuneSettings settings) {
 
   std::string csv = fmt::format(
       "# a4w4 tune: {} backend, {} B, D in {}, median of {} samples; device '{}' ({} SMs)\n"
-      "{},label,heuristic_kernel,heuristic_split_k,heuristic_us\n",
+      "{},label,heuristic_kernel,heuristic_split_k,heuristic_us,workspace\n",
       a4w4_backend_name(settings.backend), settings.weights, out_dtype_name(settings.out_dtype),
       settings.samples, device_name, sm_count, tuned::kHeader);
   int wrong = 0, rows = 0;
@@ -375,9 +394,9 @@ void run_tune(TuneSettings settings) {
                          best->split_k,
                          std::round(best->us * 100) / 100,
                          std::round(2.0 * shape.m * shape.n * shape.k / best->us / 1e2) / 1e4};
-    csv += fmt::format("{},{},{},{},{}\n", tuned::format_row(row),
+    csv += fmt::format("{},{},{},{},{},{}\n", tuned::format_row(row),
                        shape.label.empty() ? "-" : shape.label, heuristic.kernel, heuristic.split_k,
-                       std::round(heuristic_timed->us * 100) / 100);
+                       std::round(heuristic_timed->us * 100) / 100, settings.workspace ? 1 : 0);
     ++rows;
   }
   show_progress(shapes.size(), shapes.size(), "done");
@@ -431,6 +450,9 @@ void add_tune_command(CLI::App& app) {
                    "Keep the heuristic's choice unless another is at least this many percent "
                    "faster (2)")
       ->check(CLI::Range(0.0, 100.0));
+  command->add_flag("--workspace", settings->workspace,
+                    "Give the contexts a device workspace (CUDA): the staging kernels compete and "
+                    "the entries are marked as tuned with one");
   command->add_flag("--wide-scales", settings->wide_scales,
                     "Block scales spread over 120..135 (defeats scale folding) instead of the "
                     "typical 125..127, as a4w4 bench");

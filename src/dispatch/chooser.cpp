@@ -86,7 +86,9 @@ GemmChoice choose_gemm_kernel(const GemmProblem& problem, a4w4_backend backend,
                               const DeviceKey& device, int sm_count,
                               std::span<const GemmKernel> kernels) {
   const TunedEntry* entry =
-      tuned != nullptr ? tuned->lookup(device, problem.m, problem.n, problem.k) : nullptr;
+      tuned != nullptr
+          ? tuned->lookup(device, problem.m, problem.n, problem.k, problem.workspace != nullptr)
+          : nullptr;
   const bool caller_split = problem.split_k > 0;
 
   if (!requested.empty()) {

@@ -73,7 +73,7 @@ TunedTable::TunedTable(std::string_view text, std::string label, std::span<const
     entry.skipped = static_problem(row, kernel);
     if (entry.skipped.empty()) entry.kernel = kernel;
 
-    auto& by_m = table_[ShapeKey{key, row.n, row.k}];
+    auto& by_m = table_[ShapeKey{key, row.n, row.k, row.workspace}];
     const auto [it, inserted] = by_m.try_emplace(row.m);
     if (!inserted) {
       // Two winners for one shape (e.g. merged files): keep the faster usable one.
@@ -106,12 +106,16 @@ std::shared_ptr<const TunedTable> TunedTable::load(const std::string& path) {
   return std::make_shared<const TunedTable>(text.str(), path, devices);
 }
 
-const TunedEntry* TunedTable::lookup(const DeviceKey& device, int64_t m, int64_t n,
-                                     int64_t k) const {
-  const auto shape = table_.find(ShapeKey{device, n, k});
-  if (shape == table_.end()) return nullptr;
-  const auto bucket = shape->second.lower_bound(m);  // exact M, else the nearest larger one
-  return bucket == shape->second.end() ? nullptr : &bucket->second;
+const TunedEntry* TunedTable::lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k,
+                                     bool workspace) const {
+  for (const bool tuned_with_workspace : {true, false}) {
+    if (tuned_with_workspace && !workspace) continue;
+    const auto shape = table_.find(ShapeKey{device, n, k, tuned_with_workspace});
+    if (shape == table_.end()) continue;
+    const auto bucket = shape->second.lower_bound(m);  // exact M, else the nearest larger one
+    if (bucket != shape->second.end()) return &bucket->second;
+  }
+  return nullptr;
 }
 
 void TunedTable::warn(const TunedEntry& entry, const std::string& what) const {

@@ -52,8 +52,10 @@ class TunedTable {
   // Reads path (A4W4_ERROR_CONFIG when it cannot be read) and parses it for this machine.
   static std::shared_ptr<const TunedTable> load(const std::string& path);
 
-  // The entry for (device, N, K) at M, else at the nearest larger M; nullptr when none.
-  const TunedEntry* lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k) const;
+  // The entry for (device, N, K) at M, else at the nearest larger M; nullptr when none. With
+  // `workspace` (the context has one), entries tuned with a workspace come first, then the others.
+  const TunedEntry* lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k,
+                           bool workspace = false) const;
 
   const std::string& label() const { return label_; }
   int entry_count() const { return entries_; }    // entries for this machine's devices
@@ -64,8 +66,8 @@ class TunedTable {
   std::vector<std::string> warnings() const;
 
  private:
-  using ShapeKey = std::tuple<DeviceKey, int64_t, int64_t>;  // device, N, K
-  std::map<ShapeKey, std::map<int64_t, TunedEntry>> table_;  // ... -> M -> entry
+  using ShapeKey = std::tuple<DeviceKey, int64_t, int64_t, bool>;  // device, N, K, workspace
+  std::map<ShapeKey, std::map<int64_t, TunedEntry>> table_;        // ... -> M -> entry
   std::string label_;
   int entries_ = 0, foreign_ = 0;
   mutable std::mutex mutex_;

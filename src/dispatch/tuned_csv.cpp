@@ -125,7 +125,7 @@ bool valid_device_name(std::string_view name) {
 std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark
   std::vector<Row> rows;
-  size_t header_columns = 0;
+  size_t header_columns = 0, workspace_column = 0;  // 0: no workspace column
   int line_number = 0;
   size_t at = 0;
   while (at < text.size()) {
@@ -147,6 +147,8 @@ std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
       for (size_t i = 0; ok && i < expected.size(); ++i) ok = fields[i] == expected[i];
       if (!ok) parser.fail(fmt::format("the header must start with '{}'", kHeader));
       header_columns = fields.size();
+      for (size_t i = expected.size(); i < fields.size(); ++i)
+        if (fields[i] == "workspace") workspace_column = i;
       continue;
     }
     if (fields.size() != header_columns)
@@ -173,6 +175,8 @@ std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
         parser.integer(fields[6], "split_k", 0, std::min<int64_t>(row.k / 32, 1 << 30)));
     row.us = parser.number(fields[7], "us");
     row.tflops = parser.number(fields[8], "tflops");
+    if (workspace_column > 0)
+      row.workspace = parser.integer(fields[workspace_column], "workspace", 0, 1) == 1;
     rows.push_back(std::move(row));
   }
   if (header_columns == 0)

@@ -25,6 +25,9 @@ struct Row {
   std::string kernel;
   int split_k = 0;  // 0: the kernel's automatic split
   double us = 0, tflops = 0;
+  // Tuned with a device workspace (optional column `workspace`, 0 or 1; absent: 0): the chooser
+  // prefers such entries in contexts that have a workspace (a4w4_context_set_workspace).
+  bool workspace = false;
 
   bool operator==(const Row&) const = default;
 };
@@ -38,10 +41,12 @@ class ConfigError : public std::runtime_error {
 // Parses a whole file; label names it in messages. Throws ConfigError on the first problem:
 // a missing or wrong header, a row with the wrong number of fields, a field that is not what its
 // column holds (positive integers for sm_count, M, N; K a positive multiple of 32; 0 <= split_k <=
-// K/32; finite non-negative us and tflops; a kernel name of letters, digits, '.', '_', '-').
+// K/32; finite non-negative us and tflops; a kernel name of letters, digits, '.', '_', '-'; 0 or 1
+// in a `workspace` column, when the header names one after the required columns).
 std::vector<Row> parse_csv(std::string_view text, std::string_view label);
 
-// One line (no newline) that parse_csv reads back as row (line number aside).
+// One line (no newline) that parse_csv reads back as row (line number and workspace aside: the
+// writer adds the `workspace` column with its other extra columns).
 std::string format_row(const Row& row);
 
 }  // namespace a4w4::tuned
