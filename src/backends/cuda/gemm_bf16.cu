@@ -660,24 +660,9 @@ void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, n
 }  // namespace
 
 std::string gemm_bf16_why_not(const GemmProblem& p) {
-  if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
-  if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
   if (p.k % kStepK != 0) return "K must be a multiple of 64";
-  if (p.a.layout != A4W4_LAYOUT_PLAIN)
-    return "a plain A only (the prepared layout is for the weight B)";
-  if (p.b.layout != A4W4_LAYOUT_PLAIN && p.b.layout != A4W4_LAYOUT_PREPARED_V1)
-    return "B must be plain or in A4W4_LAYOUT_PREPARED_V1";
-  if (p.split_k > 1) return "no split-K";
-  if (!tma::rows_loadable(p.a, p.k) ||
-      (p.b.layout == A4W4_LAYOUT_PLAIN && !tma::rows_loadable(p.b, p.k)))
-    return "A and B rows must start on 16 bytes, one after the other (TMA)";
   // A prepared B is loaded as whole 1024-byte tiles (TMA) and its scales in 4- and 16-byte words.
-  if (p.b.layout != A4W4_LAYOUT_PLAIN && (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 ||
-                                          reinterpret_cast<uintptr_t>(p.b.scale) % 16 != 0))
-    return "a prepared B and its scales must start on 16 bytes (TMA)";
-  if (!tma::sizes_fit(p))
-    return "M, N and K must be below 2^31 and the 128x128 tiles fewer than 2^31";
-  return {};
+  return tma::sm90_operands_why_not(p, 16);
 }
 
 // One registered kernel per tile width; the dispatcher (registry metadata, or a tuned entry)

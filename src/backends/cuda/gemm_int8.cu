@@ -409,22 +409,9 @@ CUtensorMap staged_map(const StagedOperand& s) {
 }  // namespace
 
 std::string gemm_int8_why_not(const GemmProblem& p) {
-  if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
-  if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
   if (p.k % 32 != 0) return "K must be a multiple of 32";
-  if (p.a.layout != A4W4_LAYOUT_PLAIN)
-    return "a plain A only (the prepared layout is for the weight B)";
-  if (p.b.layout != A4W4_LAYOUT_PLAIN && p.b.layout != A4W4_LAYOUT_PREPARED_V1)
-    return "B must be plain or in A4W4_LAYOUT_PREPARED_V1";
-  if (p.split_k > 1) return "no split-K";
-  if (!tma::rows_loadable(p.a, p.k) ||
-      (p.b.layout == A4W4_LAYOUT_PLAIN && !tma::rows_loadable(p.b, p.k)))
-    return "A and B rows must start on 16 bytes, one after the other";
-  if (p.b.layout != A4W4_LAYOUT_PLAIN && (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 ||
-                                          reinterpret_cast<uintptr_t>(p.b.scale) % 4 != 0))
-    return "a prepared B must start on 16 bytes and its scales on 4";
-  if (!tma::sizes_fit(p))
-    return "M, N and K must be below 2^31 and the 128x128 tiles fewer than 2^31";
+  // The staging pass reads a prepared B's tiles in 16-byte pieces and its scales as 4-byte words.
+  if (std::string why = tma::sm90_operands_why_not(p, 4); !why.empty()) return why;
   const StagingWorkspace w(p.m, p.n, p.k);
   if (p.workspace == nullptr || static_cast<int64_t>(p.workspace_bytes) < w.bytes)
     return "it stages A and B in the context's workspace: needs " + std::to_string(w.bytes) +

@@ -77,4 +77,28 @@ inline bool sizes_fit(const GemmProblem& p) {
          (p.m + 127) / 128 * ((p.n + 127) / 128) < kLimit;
 }
 
+// What the sm_90a families that load A and a plain or prepared B as TMA boxes (gemm_bf16.cu,
+// gemm_int8.cu) need beyond their own K rule, as the first failing phrase, or empty: an sm_90
+// device, a plain A, B plain or A4W4_LAYOUT_PREPARED_V1, no split-K, rows TMA can load, a prepared
+// B on 16 bytes and its scales on `prepared_scale_alignment`, sizes TMA coordinates and a tile
+// index hold.
+inline std::string sm90_operands_why_not(const GemmProblem& p, int prepared_scale_alignment) {
+  if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
+  if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
+  if (p.a.layout != A4W4_LAYOUT_PLAIN)
+    return "a plain A only (the prepared layout is for the weight B)";
+  if (p.b.layout != A4W4_LAYOUT_PLAIN && p.b.layout != A4W4_LAYOUT_PREPARED_V1)
+    return "B must be plain or in A4W4_LAYOUT_PREPARED_V1";
+  if (p.split_k > 1) return "no split-K";
+  if (!rows_loadable(p.a, p.k) || (p.b.layout == A4W4_LAYOUT_PLAIN && !rows_loadable(p.b, p.k)))
+    return "A and B rows must start on 16 bytes, one after the other (TMA)";
+  if (p.b.layout != A4W4_LAYOUT_PLAIN &&
+      (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 ||
+       reinterpret_cast<uintptr_t>(p.b.scale) % prepared_scale_alignment != 0))
+    return "a prepared B must start on 16 bytes and its scales on " +
+           std::to_string(prepared_scale_alignment) + " bytes";
+  if (!sizes_fit(p)) return "M, N and K must be below 2^31 and the 128x128 tiles fewer than 2^31";
+  return {};
+}
+
 }  // namespace a4w4::cuda::tma
