@@ -222,7 +222,8 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
   EXPECT_NE(result.out.find("tuned"), std::string::npos) << result.out;
 
   // With a 100% margin nothing can beat the heuristic: every entry is the heuristic's own choice
-  // (kernel and split in columns 6-7 equal heuristic_kernel and heuristic_split_k, columns 11-12).
+  // (kernel and split in columns 6-7 equal heuristic_kernel and heuristic_split_k, columns 11-12);
+  // column 14 says it was tuned without a workspace.
   result = run(
       "tune --shapes shapes.txt --out kept.csv --samples 2 --batch-ms 0.2 --threads 2 "
       "--margin 100");
@@ -234,13 +235,15 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
     std::vector<std::string> fields;
     std::istringstream row(line);
     for (std::string field; std::getline(row, field, ',');) fields.push_back(field);
-    ASSERT_EQ(fields.size(), 13u) << line;
+    ASSERT_EQ(fields.size(), 14u) << line;
     EXPECT_EQ(fields[5], fields[10]) << line;
     EXPECT_EQ(fields[6], fields[11]) << line;
+    EXPECT_EQ(fields[13], "0") << line;
     ++entries;
   }
   EXPECT_EQ(entries, 2);
   expect_failure("tune --shapes shapes.txt --out t.csv --margin 101", "--margin");
+  expect_failure("tune --shapes shapes.txt --out t.csv --workspace", "--workspace");
 
   expect_failure("tune --shapes no-such-thing --out t.csv", "neither a file nor a preset");
 }
