@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/error.h"
@@ -21,6 +22,22 @@ a4w4_context_t& checked_context(a4w4_context ctx) {
   return *ctx;
 }
 
+namespace {
+
+// Fails unless this build has the CUDA backend and CUDA device `ordinal` is present; `subject`
+// starts the message (what named the device).
+void expect_cuda_device(int ordinal, std::string_view subject) {
+  if (!cuda::compiled())
+    fail(A4W4_ERROR_BACKEND_NOT_COMPILED,
+         "{}: this build of a4w4 has no CUDA backend (configure with -DA4W4_CUDA=ON)", subject);
+  const int count = cuda::device_count();
+  if (ordinal < 0 || ordinal >= count)
+    fail(A4W4_ERROR_NO_DEVICE, "{}: CUDA device {} requested, but {} device(s) are present",
+         subject, ordinal, count);
+}
+
+}  // namespace
+
 a4w4_backend resolve_backend(const a4w4_context_t& ctx, a4w4_device device) {
   const a4w4_backend wanted = ctx.backend.load();
   const a4w4_backend served = device.type == A4W4_DEVICE_CUDA ? A4W4_BACKEND_CUDA : A4W4_BACKEND_CPU;
@@ -30,16 +47,7 @@ a4w4_backend resolve_backend(const a4w4_context_t& ctx, a4w4_device device) {
          "auto or {}, or move the tensors)",
          a4w4_backend_name(wanted), device.type == A4W4_DEVICE_CUDA ? "CUDA" : "CPU",
          a4w4_backend_name(served));
-  if (served == A4W4_BACKEND_CUDA) {
-    if (!cuda::compiled())
-      fail(A4W4_ERROR_BACKEND_NOT_COMPILED,
-           "the tensors are on a CUDA device, but this build of a4w4 has no CUDA backend "
-           "(configure with -DA4W4_CUDA=ON)");
-    const int count = cuda::device_count();
-    if (device.ordinal >= count)
-      fail(A4W4_ERROR_NO_DEVICE, "CUDA device {} requested, but {} device(s) are present",
-           device.ordinal, count);
-  }
+  if (served == A4W4_BACKEND_CUDA) expect_cuda_device(device.ordinal, "the tensors' device");
   return served;
 }
 
@@ -132,14 +140,7 @@ a4w4_status a4w4_context_set_workspace(a4w4_context ctx, a4w4_device device, voi
       a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT,
                  "device: a workspace is memory of a CUDA device (type {}), got type {}",
                  static_cast<int>(A4W4_DEVICE_CUDA), static_cast<int>(device.type));
-    if (!a4w4::cuda::compiled())
-      a4w4::fail(A4W4_ERROR_BACKEND_NOT_COMPILED,
-                 "device: this build of a4w4 has no CUDA backend (configure with -DA4W4_CUDA=ON)");
-    const int count = a4w4::cuda::device_count();
-    if (device.ordinal < 0 || device.ordinal >= count)
-      a4w4::fail(A4W4_ERROR_NO_DEVICE,
-                 "device: CUDA device {} requested, but {} device(s) are present", device.ordinal,
-                 count);
+    a4w4::expect_cuda_device(device.ordinal, "device");
     a4w4::cuda::check_pointer(ptr, device, "workspace");
     if (reinterpret_cast<uintptr_t>(ptr) % 256 != 0)
       a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "ptr: must be 256-byte aligned (as cudaMalloc's)");
@@ -221,11 +222,7 @@ a4w4_status a4w4_device_tuning_key(a4w4_device device, char* name, size_t name_s
       a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT,
                  "name (with name_size > 0) and sm_count must not be NULL");
     if (device.type == A4W4_DEVICE_CUDA) {
-      if (!a4w4::cuda::compiled())
-        a4w4::fail(A4W4_ERROR_BACKEND_NOT_COMPILED, "device: this build has no CUDA backend");
-      if (device.ordinal < 0 || device.ordinal >= a4w4::cuda::device_count())
-        a4w4::fail(A4W4_ERROR_NO_DEVICE, "device: CUDA ordinal {} requested, {} present",
-                   device.ordinal, a4w4::cuda::device_count());
+      a4w4::expect_cuda_device(device.ordinal, "device");
     } else if (device.type != A4W4_DEVICE_CPU || device.ordinal != 0) {
       a4w4::fail(A4W4_ERROR_INVALID_ARGUMENT, "device: type {} ordinal {} is not a valid device",
                  static_cast<int>(device.type), device.ordinal);

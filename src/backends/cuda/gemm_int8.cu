@@ -61,9 +61,9 @@ constexpr int kThreads = 3 * kWarpgroup;  // producer, then two consumer warpgro
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * 168);
 constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are reused from L2
-// Named barriers: 0 is __syncthreads; the generic fallback tiles of consumer warpgroups 0 and 1
-// sync on 2 and 3.
 constexpr int kChunkTiles = StagedOperandLayout::kChunkTiles;  // K tiles per staging warp
+// Named barriers: 0 is __syncthreads; the generic fallback tiles of consumer warpgroups 0 and 1
+// sync on 2 and 3 (persistent::exact_rows).
 
 // Where B's factor of row n lands inside its 128-row block: a consumer thread with q = lane % 4
 // needs the columns 8 j + 2 q + {0, 1} (j = 0..15) of its accumulators, which this order puts in
@@ -78,7 +78,7 @@ __host__ __device__ constexpr int factor_slot(int n) {
 struct StagedOperand {
   int8_t* values;       // [rows][padded_k], folded int8
   float* factors;       // [k_tiles][padded_rows]: 2^(base - 127) (A) or 2^(base - 129) (B)
-  uint32_t* summaries;  // [chunks][rows]: bit 16 = some tile does not fold, 15..8 max, 7..0 min
+  uint32_t* summaries;  // [chunks][rows]: fold::FoldSummary words
   uint32_t* blocks;     // [padded_rows / 128]: the same over 128 rows (fold::StagedVerdicts)
   int64_t rows, padded_rows, padded_k;
   int k_tiles;
@@ -172,14 +172,13 @@ __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks
   }
   const PackedOperand& op = job.source;
   const bool words = fold::scale_words(op);
-  uint32_t bad = 0, lo = 0xFFu, hi = 0u;
+  fold::FoldSummary summary;
   for (int t = first; t < last; ++t) {
     uint4 codes[4];
     uint32_t scales;
     load_tile(op, row, t, blocks, words, codes, scales);
     const fold::FoldedRow f = fold::fold_row(scales);
-    bad |= f.ok ? 0u : 1u;
-    lo = min(lo, f.base), hi = max(hi, f.base);
+    summary.add(f);
     const uint32_t shifts = f.ok ? f.shifts : 0u;  // a tile that does not fold is never read
     int8_t* out = s.values + row * s.padded_k + int64_t{t} * kStepK;
 #pragma unroll
@@ -187,24 +186,20 @@ __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks
     s.factors[t * s.padded_rows + slot] =
         __uint_as_float(f.base >= job.factor_shift ? (f.base - job.factor_shift) << 23 : 0u);
   }
-  s.summaries[chunk * s.rows + row] = bad << 16 | hi << 8 | lo;
+  s.summaries[chunk * s.rows + row] = summary.word();
 }
 
 // Warp w: the summary of 128-row block w of A (then of B), every row's chunks combined.
 __device__ void summarize_block(const StagedOperand& s, int block, int lane) {
   const int chunks = (s.k_tiles + kChunkTiles - 1) / kChunkTiles;
-  uint32_t bad = 0, lo = 0xFFu, hi = 0u;
+  fold::FoldSummary summary;
   const int64_t end = min(s.rows, int64_t{block + 1} * kTileM);
   for (int64_t row = int64_t{block} * kTileM + lane; row < end; row += 32)
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-      const uint32_t w = s.summaries[chunk * s.rows + row];
-      bad |= w >> 16;
-      lo = min(lo, w & 0xFFu), hi = max(hi, (w >> 8) & 0xFFu);
-    }
-  bad = __reduce_or_sync(0xFFFFFFFFu, bad);
-  lo = __reduce_min_sync(0xFFFFFFFFu, lo);
-  hi = __reduce_max_sync(0xFFFFFFFFu, hi);
-  if (lane == 0) s.blocks[block] = bad << 16 | hi << 8 | lo;
+    for (int chunk = 0; chunk < chunks; ++chunk) summary.add(s.summaries[chunk * s.rows + row]);
+  summary.bad = __reduce_or_sync(0xFFFFFFFFu, summary.bad);
+  summary.lo = __reduce_min_sync(0xFFFFFFFFu, summary.lo);
+  summary.hi = __reduce_max_sync(0xFFFFFFFFu, summary.hi);
+  if (lane == 0) s.blocks[block] = summary.word();
 }
 
 __global__ void __launch_bounds__(256) summarize_kernel(const __grid_constant__ StagedOperand a,

@@ -56,18 +56,33 @@ struct FoldedRow {
   return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
 }
 
-// The int8 family's staged operands (gemm_int8.cu) summarise each 128 rows in one word: bit 16 =
-// some (row, 128-K tile) does not fold, bits 15..8 the largest base, 7..0 the smallest. A 128 x 128
-// tile of D takes the folded int8 path when neither its A rows nor its B rows have a tile that does
-// not fold and fp32's range holds for their bases; the bf16 family runs the other tiles of the same
-// call (gemm_bf16.cu), so both read this one rule.
+// What a set of (row, 128-K tile)s folded to: whether any does not fold, the smallest and the
+// largest base; stored as one word (bit 16, bits 15..8 the largest, 7..0 the smallest) per (chunk,
+// row) and per 128 rows in the int8 family's workspace (gemm_int8.cu).
+struct FoldSummary {
+  uint32_t bad = 0, lo = 0xFFu, hi = 0u;
+  __device__ __forceinline__ void add(const FoldedRow& f) {
+    bad |= f.ok ? 0u : 1u;
+    lo = min(lo, f.base), hi = max(hi, f.base);
+  }
+  __device__ __forceinline__ void add(uint32_t word) {
+    bad |= word >> 16;
+    lo = min(lo, word & 0xFFu), hi = max(hi, (word >> 8) & 0xFFu);
+  }
+  __device__ __forceinline__ uint32_t word() const { return bad << 16 | hi << 8 | lo; }
+};
+
+// A 128 x 128 tile of D takes the int8 family's folded path when neither its A rows nor its B rows
+// have a tile that does not fold and fp32's range holds for their bases (the summaries of their
+// 128-row blocks); the bf16 family runs the other tiles of the same call (gemm_bf16.cu), so both
+// read this one rule.
 struct StagedVerdicts {
   const uint32_t* a_blocks;  // nullptr: no staged operands (every tile is the caller's)
   const uint32_t* b_blocks;
   __device__ __forceinline__ bool folds(int64_t m0, int64_t n0) const {
-    const uint32_t wa = a_blocks[m0 / 128], wb = b_blocks[n0 / 128];
-    return ((wa | wb) >> 16) == 0 &&
-           fp32_accumulation_safe(wa & 0xFFu, (wa >> 8) & 0xFFu, wb & 0xFFu, (wb >> 8) & 0xFFu);
+    FoldSummary a, b;
+    a.add(a_blocks[m0 / 128]), b.add(b_blocks[n0 / 128]);
+    return (a.bad | b.bad) == 0 && fp32_accumulation_safe(a.lo, a.hi, b.lo, b.hi);
   }
 };
 
