@@ -11,14 +11,16 @@ namespace a4w4 {
 // One operand of R rows staged for the int8 family (src/backends/cuda/gemm_int8.cu): its rows as
 // folded int8 (K rounded up to whole 128-K tiles, padding zero), one fp32 factor per (K tile, row)
 // for rows rounded up to 128, one summary word per (chunk of 8 K tiles, row) — the smallest and
-// largest base exponent, whether every tile folds — and the same per 128 rows.
+// largest base exponent, whether every tile folds, whether the chunk folds to one base — the same
+// per 128 rows, and per (128 rows, chunk) whether every row of the block folds the chunk to one
+// base (the GEMM then promotes its int32 sums once per chunk instead of once per K tile).
 struct StagedOperandLayout {
   static constexpr int64_t kTileK = 128, kTileRows = 128, kChunkTiles = 8;
   static constexpr int64_t kAlign = 256;
 
   int64_t rows = 0, padded_rows = 0, padded_k = 0, k_tiles = 0, chunks = 0;
   // Byte offsets from the operand's start, and its size.
-  int64_t values = 0, factors = 0, summaries = 0, block_summaries = 0, bytes = 0;
+  int64_t values = 0, factors = 0, summaries = 0, block_summaries = 0, chunk_uniform = 0, bytes = 0;
 
   static constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -31,7 +33,8 @@ struct StagedOperandLayout {
     factors = round_up(rows * padded_k, kAlign);
     summaries = factors + round_up(k_tiles * padded_rows * 4, kAlign);
     block_summaries = summaries + round_up(chunks * rows * 4, kAlign);
-    bytes = block_summaries + round_up(padded_rows / kTileRows * 4, kAlign);
+    chunk_uniform = block_summaries + round_up(padded_rows / kTileRows * 4, kAlign);
+    bytes = chunk_uniform + round_up(padded_rows / kTileRows * chunks * 4, kAlign);
   }
 };
 

@@ -88,7 +88,15 @@ enum ScaleKind {
   // (0..3 or 248..251, alternating by 128-row tile), so fp32's range check fails.
   kFoldScales = 4,
   kFoldMixedScales = 5,
-  kExtremeFoldScales = 6
+  kExtremeFoldScales = 6,
+  // kFoldDriftScales: every K tile folds, but the rows of odd 128-row tiles and every 37th row
+  // elsewhere move their base by 4 binades from one K tile to the next, so their chunks of 8 K
+  // tiles do not fold to one base (those 128 x 128 tiles of D promote per K tile, the others once
+  // per chunk). kFoldPeakScales: every row folds each chunk of 1024 K to one base with most
+  // blocks 3 above it, and the codes are +-6 (even rows all +6): the int32 sums of a chunk
+  // come near their bound, 1024 * 96 * 96 < 2^24.
+  kFoldDriftScales = 7,
+  kFoldPeakScales = 8
 };
 
 // Random codes (all 16) and scales of `kind`, with a few NaN scales.
@@ -98,6 +106,12 @@ Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad,
   p.data.resize(static_cast<size_t>(rows * p.stride / 2));
   p.scales.resize(static_cast<size_t>(rows * p.scale_stride));
   for (auto& byte : p.data) byte = static_cast<uint8_t>(rng());
+  if (kind == kFoldPeakScales)
+    for (size_t i = 0; i < p.data.size(); ++i) {
+      const bool even_row = static_cast<int64_t>(i) / (p.stride / 2) % 2 == 0;
+      p.data[i] = even_row ? 0x77 : static_cast<uint8_t>((rng() % 2 ? 0x07 : 0x0F) |
+                                                         (rng() % 2 ? 0x70 : 0xF0));
+    }
   std::uniform_int_distribution<int> narrow(117, 137), any(0, 254), base(100, 150), near(0, 3);
   std::uniform_real_distribution<double> unit(0, 1);
   if (kind >= kFoldScales) nan_fraction = 0.0;
@@ -109,6 +123,11 @@ Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad,
       if (kind == kFoldScales || kind == kExtremeFoldScales ||
           (kind == kFoldMixedScales && r / 128 != 2)) {
         s = static_cast<uint8_t>(row_base + near(rng));
+      } else if (kind == kFoldDriftScales) {
+        const bool drifts = r / 128 % 2 == 1 || r % 37 == 5;
+        s = static_cast<uint8_t>(row_base + (drifts ? 4 * (j / 4 % 3) : 0) + near(rng));
+      } else if (kind == kFoldPeakScales) {
+        s = static_cast<uint8_t>(row_base + (j % 32 == 5 ? 0 : 3));
       } else if (kind == kFoldMixedScales) {
         s = static_cast<uint8_t>(unit(rng) < 0.01 ? 0xFF : any(rng));
       } else if (kind == kWideScales || (kind == kMixedScales && r / 128 == 2)) {
@@ -562,6 +581,13 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
       {130, 456, 320, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, false, 0, kernel, 0},
       {256, 256, 512, A4W4_DTYPE_F32, false, false, kExtremeFoldScales, false, 0, kernel, 0},
       {384, 640, 1056, A4W4_DTYPE_F32, true, true, kFoldMixedScales, false, 0, kernel, 32},
+      // Promotion per chunk of 8 K tiles and per K tile in one launch (and one CTA's sequence),
+      // partial last chunks (K = 1056: 9 tiles; 2336: 19 tiles, the last partial), sums near
+      // their bound.
+      {520, 700, 2336, A4W4_DTYPE_F32, false, true, kFoldDriftScales, false, 0, kernel, 0},
+      {1000, 2300, 1056, A4W4_DTYPE_BF16, true, false, kFoldDriftScales, false, 0, kernel, 0},
+      {300, 260, 4096, A4W4_DTYPE_F32, false, false, kFoldPeakScales, false, 0, kernel, 0},
+      {257, 130, 2336, A4W4_DTYPE_F32, true, true, kFoldPeakScales, false, 0, kernel, 0},
       // A prepared B (staged from its 16 x 128 tiles): N not a multiple of 16 or of the tile, K
       // with a partial last 128-K tile (its padding blocks' zero scales must not count), folded
       // and unfolded tiles mixed (the unfolded ones on the bf16 launch at K % 64 == 0, on the
@@ -571,6 +597,8 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
       {130, 456, 320, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, true, 0, kernel, 0},
       {1000, 2300, 1024, A4W4_DTYPE_F16, false, true, kFoldMixedScales, true, 0, kernel, 0},
       {300, 520, 4096, A4W4_DTYPE_F32, true, false, kFoldScales, true, 0, kernel, 0},
+      {520, 700, 2336, A4W4_DTYPE_F16, true, true, kFoldDriftScales, true, 0, kernel, 0},
+      {300, 260, 4096, A4W4_DTYPE_F32, false, false, kFoldPeakScales, true, 0, kernel, 0},
   };
   for (const GemmCase& c : large) {
     run_case(ctx_, rng_, c);

@@ -10,22 +10,31 @@
 // consumers promote each tile's int32 sums once to fp32: acc += sum * 2^(baseA - 127) *
 // 2^(baseB - 129) (per accumulator row and column), where the product of the factors and the term
 // are exact powers-of-two scalings in fp32's normal range, so the fp32 add is the only rounding.
+// Where every row of a 128-row block of A and of B spreads over at most 4 binades in a whole chunk
+// of 8 K tiles (typical data), the staging pass folds the chunk to one base per row, and the
+// consumers let the int32 sums run over the chunk and promote once per 1024 K (|sum| <= 1024 * 96 *
+// 96 < 2^24, still exact in fp32): the promotion, the kernel's largest cost after the MMAs, runs
+// 8 times less often.
 //
 // Why a staging pass: converting E2M1 inside the GEMM costs ~1.4 integer instructions per value,
 // and a 128 x 128 tile converts every A row N / 128 times and every B row M / 128 times, which kept
 // the in-kernel design integer-bound at ~320 TOP/s. Staging converts each value once, into the
 // caller's workspace (a4w4_context_set_workspace; layout in dispatch/workspace.h):
 // - stage_kernel: a warp takes 32 rows x 8 K tiles of A or B (lane = row), writes each tile folded
-//   as 128 int8, its factor 2^(base - 127) (A) or 2^(base - 129) (B) in [tile][row] order (one
-//   bulk copy per step later), and a summary of its 8 tiles (any tile not folding, smallest and
-//   largest base) per (chunk, row).
+//   as 128 int8 (to the chunk's base when the row's 8 tiles allow one), its factor 2^(base - 127)
+//   (A) or 2^(base - 129) (B) in [tile][row] order (one bulk copy per step later), and a summary of
+//   its 8 tiles (any tile not folding, one base or not, smallest and largest base) per (chunk,
+//   row).
+// - summarize_kernel: the summaries per 128-row block, and per (block, chunk) whether every row
+//   folded the chunk to one base.
 // - gemm_int8_kernel: one CTA per SM loops over 128 x 128 tiles of D. The producer warpgroup
 //   reduces the summaries of the tile's rows to a verdict (every (row, K tile) folds, fp32's range
 //   holds); then its thread 0 fills a ring of stages by TMA (A's and B's 128 rows x 128 int8,
 //   128-byte swizzled, and the step's 2 x 128 factors). Two consumer warpgroups (64 rows each)
-//   issue 4 wgmma m64n128k32 s8.s8 -> s32 per step (the chain starts from zero), wait, promote the
-//   sums into fp32 accumulators and release the stage; while one promotes, the other's MMAs keep
-//   the tensor cores busy.
+//   issue 4 wgmma m64n128k32 s8.s8 -> s32 per step (the chain starts from zero, or continues over a
+//   chunk folded to one base), wait, promote the sums into fp32 accumulators (per step, or at the
+//   end of such a chunk) and release the stage; while one promotes, the other's MMAs keep the
+//   tensor cores busy.
 // A tile whose verdict fails (a row's K tile spreading over more than 3 binades, a NaN scale,
 // exponents outside fp32's safe range) runs the generic kernel's exact tile code
 // (generic_tile.cuh) on the original operands instead: exact in-block sums, double accumulation,
@@ -80,8 +89,10 @@ struct StagedOperand {
   float* factors;       // [k_tiles][padded_rows]: 2^(base - 127) (A) or 2^(base - 129) (B)
   uint32_t* summaries;  // [chunks][rows]: fold::FoldSummary words
   uint32_t* blocks;     // [padded_rows / 128]: the same over 128 rows (fold::StagedVerdicts)
+  uint32_t* chunk_uniform;  // [padded_rows / 128][chunks]: 1 when every row folds the chunk to
+                            // one base
   int64_t rows, padded_rows, padded_k;
-  int k_tiles;
+  int k_tiles, chunks;
 };
 
 // What the staging pass reads and writes for one operand.
@@ -122,11 +133,36 @@ __device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, int8_t*
   reinterpret_cast<uint4*>(out)[1] = make_uint4(z.x, z.y, w.x, w.y);
 }
 
-// K tile t of row `row` of op (plain or A4W4_LAYOUT_PREPARED_V1): its 4 blocks' codes (element i of
-// a block in nibble i, as a plain row holds them) and their 4 scale bytes, blocks past `blocks`
-// zero with the tile's first block's scale (so they neither widen the spread nor lower the base).
-__device__ __forceinline__ void load_tile(const PackedOperand& op, int64_t row, int t, int blocks,
-                                          bool scale_words, uint4 (&codes)[4], uint32_t& scales) {
+// Where K tile t of row `row` of a prepared B (numerics/weight_layout.h) lives: in the tile of row
+// group row / 16, lane (r % 8) * 4 + p holds piece p (elements 8p .. 8p + 7) of each of the 4
+// blocks, for row r % 8 then r % 8 + 8; the scales of rows r % 8 and r % 8 + 8 are 4 bytes apart.
+struct PreparedTile {
+  int64_t tile;
+  int r;
+  __device__ PreparedTile(int64_t row, int t, int blocks)
+      : tile(row / 16 * ((blocks + 3) / 4) + t), r(static_cast<int>(row % 16)) {}
+};
+
+// The 4 scale bytes of K tile t of row `row` of op (plain or A4W4_LAYOUT_PREPARED_V1), blocks past
+// `blocks` with the tile's first block's scale (so they neither widen the spread nor lower the
+// base; a prepared B's padding scales are zero).
+__device__ __forceinline__ uint32_t tile_scales(const PackedOperand& op, int64_t row, int t,
+                                                int blocks, bool scale_words) {
+  if (op.layout == A4W4_LAYOUT_PLAIN)
+    return fold::scale_word(op.scale + row * op.scale_stride, t, blocks, scale_words);
+  const PreparedTile at(row, t, blocks);
+  uint32_t scales = __ldg(reinterpret_cast<const uint32_t*>(
+      op.scale + at.tile * layout::kTileScaleBytes + (at.r % 8) * 8 + (at.r / 8) * 4));
+  for (int j = 1; j < 4; ++j)
+    if (4 * t + j >= blocks)
+      scales = (scales & ~(0xFFu << (8 * j))) | ((scales & 0xFFu) << (8 * j));
+  return scales;
+}
+
+// K tile t of row `row` of op: its 4 blocks' codes (element i of a block in nibble i, as a plain
+// row holds them), blocks past `blocks` zero.
+__device__ __forceinline__ void tile_codes(const PackedOperand& op, int64_t row, int t, int blocks,
+                                           uint4 (&codes)[4]) {
   if (op.layout == A4W4_LAYOUT_PLAIN) {
     const uint8_t* codes_row = op.data + row * op.stride_bytes;
 #pragma unroll
@@ -134,15 +170,12 @@ __device__ __forceinline__ void load_tile(const PackedOperand& op, int64_t row, 
       codes[j] = 4 * t + j < blocks
                      ? __ldg(reinterpret_cast<const uint4*>(codes_row + 16 * (4 * t + j)))
                      : make_uint4(0, 0, 0, 0);
-    scales = fold::scale_word(op.scale + row * op.scale_stride, t, blocks, scale_words);
     return;
   }
-  // Prepared (numerics/weight_layout.h): in the tile of row group row / 16, lane (r % 8) * 4 + p
-  // holds piece p (elements 8p .. 8p + 7) of each of the 4 blocks, for row r % 8 then r % 8 + 8;
-  // padding blocks are zero, their scale bytes too (replaced here).
-  const int64_t k_tiles = (blocks + 3) / 4, tile = row / 16 * k_tiles + t;
-  const int r = static_cast<int>(row % 16);
-  const uint8_t* lanes = op.data + tile * layout::kTileBytes + (r % 8) * 4 * 32 + (r / 8) * 16;
+  // Padding blocks of a prepared B are zero.
+  const PreparedTile at(row, t, blocks);
+  const uint8_t* lanes =
+      op.data + at.tile * layout::kTileBytes + (at.r % 8) * 4 * 32 + (at.r / 8) * 16;
   uint4 piece[4];
 #pragma unroll
   for (int p = 0; p < 4; ++p) piece[p] = __ldg(reinterpret_cast<const uint4*>(lanes + 32 * p));
@@ -150,55 +183,76 @@ __device__ __forceinline__ void load_tile(const PackedOperand& op, int64_t row, 
   codes[1] = make_uint4(piece[0].y, piece[1].y, piece[2].y, piece[3].y);
   codes[2] = make_uint4(piece[0].z, piece[1].z, piece[2].z, piece[3].z);
   codes[3] = make_uint4(piece[0].w, piece[1].w, piece[2].w, piece[3].w);
-  scales = __ldg(reinterpret_cast<const uint32_t*>(op.scale + tile * layout::kTileScaleBytes +
-                                                   (r % 8) * 8 + (r / 8) * 4));
-  for (int j = 1; j < 4; ++j)
-    if (4 * t + j >= blocks)
-      scales = (scales & ~(0xFFu << (8 * j))) | ((scales & 0xFFu) << (8 * j));
 }
 
-// Warp w of the job: rows 32 (w % row_groups) + lane, K tiles [8 chunk, 8 chunk + 8) with
-// chunk = w / row_groups. Rows in [rows, padded_rows) only get factor 1.
+// Warp w of the job: rows 32 (w % row_groups) + lane, the chunk of K tiles [8 chunk, 8 chunk + 8)
+// with chunk = w / row_groups. A row whose chunk spreads over at most kMaxShift + 1 binades folds
+// every tile of it to the chunk's smallest scale (one factor for the chunk); otherwise each tile
+// folds to its own. Rows in [rows, padded_rows) only get factor 1.
 __device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks) {
   const StagedOperand& s = job.staged;
   const int row_groups = static_cast<int>(s.padded_rows / 32);
   const int64_t row = int64_t{warp % row_groups} * 32 + lane;
   const int chunk = warp / row_groups;
-  const int first = chunk * kChunkTiles, last = min(first + kChunkTiles, s.k_tiles);
+  const int first = chunk * kChunkTiles, count = min(kChunkTiles, s.k_tiles - first);
   const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
   if (row >= s.rows) {
-    for (int t = first; t < last; ++t) s.factors[t * s.padded_rows + slot] = 1.0f;
+    for (int t = first; t < first + count; ++t) s.factors[t * s.padded_rows + slot] = 1.0f;
     return;
   }
   const PackedOperand& op = job.source;
   const bool words = fold::scale_words(op);
+  uint32_t scales[kChunkTiles];
+  uint32_t smallest = 0xFFFFFFFFu;  // per byte
+#pragma unroll
+  for (int j = 0; j < kChunkTiles; ++j) {
+    scales[j] = j < count ? tile_scales(op, row, first + j, blocks, words) : scales[0];
+    smallest = __vminu4(smallest, scales[j]);
+  }
+  const uint32_t chunk_base = min(min(smallest & 0xFFu, (smallest >> 8) & 0xFFu),
+                                  min((smallest >> 16) & 0xFFu, smallest >> 24));
+  bool uniform = true;
+#pragma unroll
+  for (int j = 0; j < kChunkTiles; ++j) uniform &= fold::fold_row_at(scales[j], chunk_base).ok;
+
   fold::FoldSummary summary;
-  for (int t = first; t < last; ++t) {
-    uint4 codes[4];
-    uint32_t scales;
-    load_tile(op, row, t, blocks, words, codes, scales);
-    const fold::FoldedRow f = fold::fold_row(scales);
+  summary.mixed = uniform ? 0u : 1u;
+#pragma unroll
+  for (int j = 0; j < kChunkTiles; ++j) {
+    if (j >= count) break;
+    const int t = first + j;
+    const fold::FoldedRow f =
+        uniform ? fold::fold_row_at(scales[j], chunk_base) : fold::fold_row(scales[j]);
     summary.add(f);
     const uint32_t shifts = f.ok ? f.shifts : 0u;  // a tile that does not fold is never read
+    uint4 codes[4];
+    tile_codes(op, row, t, blocks, codes);
     int8_t* out = s.values + row * s.padded_k + int64_t{t} * kStepK;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) store_block(codes[j], (shifts >> (8 * j)) & 0xFFu, out + 32 * j);
+    for (int b = 0; b < 4; ++b) store_block(codes[b], (shifts >> (8 * b)) & 0xFFu, out + 32 * b);
     s.factors[t * s.padded_rows + slot] =
         __uint_as_float(f.base >= job.factor_shift ? (f.base - job.factor_shift) << 23 : 0u);
   }
   s.summaries[chunk * s.rows + row] = summary.word();
 }
 
-// Warp w: the summary of 128-row block w of A (then of B), every row's chunks combined.
+// Warp w: the summary of 128-row block w of A (then of B), every row's chunks combined, and per
+// chunk whether every row of the block folded it to one base.
 __device__ void summarize_block(const StagedOperand& s, int block, int lane) {
-  const int chunks = (s.k_tiles + kChunkTiles - 1) / kChunkTiles;
   fold::FoldSummary summary;
   const int64_t end = min(s.rows, int64_t{block + 1} * kTileM);
-  for (int64_t row = int64_t{block} * kTileM + lane; row < end; row += 32)
-    for (int chunk = 0; chunk < chunks; ++chunk) summary.add(s.summaries[chunk * s.rows + row]);
+  for (int chunk = 0; chunk < s.chunks; ++chunk) {
+    fold::FoldSummary rows;
+    for (int64_t row = int64_t{block} * kTileM + lane; row < end; row += 32)
+      rows.add(s.summaries[chunk * s.rows + row]);
+    const uint32_t mixed = __reduce_or_sync(0xFFFFFFFFu, rows.mixed);
+    if (lane == 0) s.chunk_uniform[int64_t{block} * s.chunks + chunk] = mixed ? 0u : 1u;
+    summary.add(rows.word());
+  }
   summary.bad = __reduce_or_sync(0xFFFFFFFFu, summary.bad);
   summary.lo = __reduce_min_sync(0xFFFFFFFFu, summary.lo);
   summary.hi = __reduce_max_sync(0xFFFFFFFFu, summary.hi);
+  summary.mixed = 0;  // per chunk above
   if (lane == 0) s.blocks[block] = summary.word();
 }
 
@@ -266,7 +320,7 @@ __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, cons
 
 // acc += sum * 2^(ea - 127) * 2^(eb - 129) for this thread's accumulators of one step (the
 // factors beside its stage): the factor product and the term are exact (the verdict keeps them in
-// fp32's normal range), the add rounds once. The int32 -> fp32 conversion (exact: |sum| < 2^21)
+// fp32's normal range), the add rounds once. The int32 -> fp32 conversion (exact: |sum| < 2^24)
 // is __int2float_rn, one I2FP.F32.S32 on sm_90 (not the quarter-rate I2F that
 // fold::tile_sum_to_float avoids with two instructions): 3 instructions per accumulator.
 __device__ __forceinline__ void promote(float (&acc)[Layout::kAcc],
@@ -293,8 +347,9 @@ __device__ __forceinline__ void promote(float (&acc)[Layout::kAcc],
 
 // A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile). Tiles that do not fold are left
 // to the bf16 family's launch that follows (exact_here false) or run the generic exact tile code.
-__device__ void consume_tiles(const GemmProblem& p, int k_tiles, fold::StagedVerdicts verdicts,
-                              bool exact_here, uint8_t* smem, Control& ctl, int wg) {
+__device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, const StagedOperand& b,
+                              fold::StagedVerdicts verdicts, bool exact_here, uint8_t* smem,
+                              Control& ctl, int wg) {
   using L = Layout;
   const int thread = threadIdx.x % kWarpgroup;
   auto* generic_tiles = reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset);
@@ -315,23 +370,39 @@ __device__ void consume_tiles(const GemmProblem& p, int k_tiles, fold::StagedVer
 
 #pragma unroll
     for (int i = 0; i < L::kAcc; ++i) acc[i] = 0.0f;
-    for (int step = 0; step < k_tiles; ++step, ++use) {
-      const uint32_t s = use % kStages;
-      pipeline::wait(&ctl.full[s], (use / kStages) & 1);
-      // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
-      // addresses stay below 2^18, so the 14-bit field never carries).
-      const uint64_t a_desc =
-          wgmma::descriptor(wgmma::shared_address(smem + s * L::kStageBytes)) + wg * 64 * 128 / 16;
-      const uint64_t b_desc = a_desc - wg * 64 * 128 / 16 + L::kOperandBytes / 16;
-      wgmma::fence();
+    // Chunks of 8 K tiles: where every A row and every B row of the tile folded the chunk to one
+    // base (factors constant over it), the int32 sums run on over the chunk's steps and are
+    // promoted once (|sum| <= 1024 * 96 * 96 < 2^24: still exact as fp32); elsewhere per step.
+    const uint32_t* uniform_a = a.chunk_uniform + m0 / kTileM * a.chunks;
+    const uint32_t* uniform_b = b.chunk_uniform + n0 / kTileN * b.chunks;
+    uint32_t uniform_next = __ldg(uniform_a) & __ldg(uniform_b);
+    for (int chunk = 0, step = 0; chunk < a.chunks; ++chunk) {
+      const bool uniform = uniform_next != 0;
+      if (chunk + 1 < a.chunks)
+        uniform_next = __ldg(uniform_a + chunk + 1) & __ldg(uniform_b + chunk + 1);
+      const int chunk_first = step, chunk_end = min(step + kChunkTiles, a.k_tiles);
+      for (; step < chunk_end; ++step, ++use) {
+        const uint32_t s = use % kStages;
+        pipeline::wait(&ctl.full[s], (use / kStages) & 1);
+        // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
+        // addresses stay below 2^18, so the 14-bit field never carries).
+        const uint64_t a_desc =
+            wgmma::descriptor(wgmma::shared_address(smem + s * L::kStageBytes)) +
+            wg * 64 * 128 / 16;
+        const uint64_t b_desc = a_desc - wg * 64 * 128 / 16 + L::kOperandBytes / 16;
+        const bool carry = uniform && step > chunk_first;  // the chunk's sums so far run on
+        wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma::mma_s8_m64n128k32(sums, a_desc + 32 * kk / 16, b_desc + 32 * kk / 16, kk > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(sums);
-      promote(acc, sums, all_factors + s * L::kFactorFloats, acc_row);
-      pipeline::arrive(&ctl.empty[s]);  // its MMAs and factors are done
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma::mma_s8_m64n128k32(sums, a_desc + 32 * kk / 16, b_desc + 32 * kk / 16,
+                                   kk > 0 || carry);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::fence_operands(sums);
+        if (!uniform || step + 1 == chunk_end)
+          promote(acc, sums, all_factors + s * L::kFactorFloats, acc_row);
+        pipeline::arrive(&ctl.empty[s]);  // its MMAs and factors are done
+      }
     }
 
     // D = acc, then alpha, beta C, bias and one rounding.
@@ -372,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     produce_tiles(p, a, b, verdicts, &map_a, &map_b, smem, ctl);
   } else {
     pipeline::grow_registers<kConsumerRegisters>();
-    consume_tiles(p, a.k_tiles, verdicts, exact_here != 0, smem, ctl, threadIdx.x / kWarpgroup - 1);
+    consume_tiles(p, a, b, verdicts, exact_here != 0, smem, ctl, threadIdx.x / kWarpgroup - 1);
   }
 #else
   (void)p, (void)a, (void)b, (void)map_a, (void)map_b, (void)exact_here;
@@ -386,10 +457,12 @@ StagedOperand staged_operand(uint8_t* base, const StagedOperandLayout& l) {
                        reinterpret_cast<float*>(base + l.factors),
                        reinterpret_cast<uint32_t*>(base + l.summaries),
                        reinterpret_cast<uint32_t*>(base + l.block_summaries),
+                       reinterpret_cast<uint32_t*>(base + l.chunk_uniform),
                        l.rows,
                        l.padded_rows,
                        l.padded_k,
-                       static_cast<int>(l.k_tiles)};
+                       static_cast<int>(l.k_tiles),
+                       static_cast<int>(l.chunks)};
 }
 
 // The folded int8 rows as a 2D tensor, loaded 128 rows x 128 bytes at a time, 128-byte swizzled.
