@@ -200,4 +200,44 @@ __device__ __forceinline__ void store_output(const GemmProblem& p, int64_t m, in
   store_rounded(p.d_dtype, p.d, m * p.d_stride + n, out);
 }
 
+// Whether D = acc rounded once, with nothing else to add (alpha 1, no C, no bias): the epilogue
+// then rounds fp32 accumulators straight to D's dtype (store_pair).
+__device__ __forceinline__ bool plain_epilogue(const GemmProblem& p) {
+  return p.alpha == 1.0f && p.c.data == nullptr && p.bias.data == nullptr;
+}
+
+// Whether D's rows allow storing two outputs (n even) with one 2-element vector store.
+__device__ __forceinline__ bool pairs_aligned(const GemmProblem& p) {
+  const int bytes = p.d_dtype == A4W4_DTYPE_F32 ? 4 : 2;
+  return reinterpret_cast<uintptr_t>(p.d) % (2 * bytes) == 0 && p.d_stride % 2 == 0;
+}
+
+// D[m, n] and D[m, n + 1] = x and y rounded once (plain_epilogue: an fp32 value converted to D's
+// dtype is rounded once, as store_rounded does from a double), in one store when `aligned`
+// (pairs_aligned, n even); n + 1 past N is not written.
+__device__ __forceinline__ void store_pair(const GemmProblem& p, int64_t m, int64_t n, float x,
+                                           float y, bool aligned) {
+  const int64_t index = m * p.d_stride + n;
+  if (!aligned || n + 1 >= p.n) {
+    store_rounded(p.d_dtype, p.d, index, x);
+    if (n + 1 < p.n) store_rounded(p.d_dtype, p.d, index + 1, y);
+    return;
+  }
+  if (p.d_dtype == A4W4_DTYPE_F32) {
+    *reinterpret_cast<uint2*>(static_cast<float*>(p.d) + index) =
+        make_uint2(isnan(x) ? numerics::kCanonicalNanF32 : __float_as_uint(x),
+                   isnan(y) ? numerics::kCanonicalNanF32 : __float_as_uint(y));
+  } else if (p.d_dtype == A4W4_DTYPE_BF16) {
+    const uint32_t lo = isnan(x) ? numerics::kCanonicalNanBf16
+                                 : __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    const uint32_t hi = isnan(y) ? numerics::kCanonicalNanBf16
+                                 : __bfloat16_as_ushort(__float2bfloat16_rn(y));
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) = lo | hi << 16;
+  } else {
+    const uint32_t lo = isnan(x) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(x));
+    const uint32_t hi = isnan(y) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(y));
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) = lo | hi << 16;
+  }
+}
+
 }  // namespace a4w4::cuda

@@ -376,27 +376,55 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     const uint32_t* uniform_a = a.chunk_uniform + m0 / kTileM * a.chunks;
     const uint32_t* uniform_b = b.chunk_uniform + n0 / kTileN * b.chunks;
     uint32_t uniform_next = __ldg(uniform_a) & __ldg(uniform_b);
+    // Waits for stage s (ring use `u`) and issues its 4 MMAs: the chain starts from zero unless
+    // `carry` (the chunk's sums so far run on).
+    const auto issue_step = [&](uint32_t s, uint32_t u, bool carry) {
+      pipeline::wait(&ctl.full[s], (u / kStages) & 1);
+      // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
+      // addresses stay below 2^18, so the 14-bit field never carries).
+      const uint64_t a_desc =
+          wgmma::descriptor(wgmma::shared_address(smem + s * L::kStageBytes)) + wg * 64 * 128 / 16;
+      const uint64_t b_desc = a_desc - wg * 64 * 128 / 16 + L::kOperandBytes / 16;
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma::mma_s8_m64n128k32(sums, a_desc + 32 * kk / 16, b_desc + 32 * kk / 16,
+                                 kk > 0 || carry);
+      wgmma::commit();
+    };
     for (int chunk = 0, step = 0; chunk < a.chunks; ++chunk) {
       const bool uniform = uniform_next != 0;
       if (chunk + 1 < a.chunks)
         uniform_next = __ldg(uniform_a + chunk + 1) & __ldg(uniform_b + chunk + 1);
-      const int chunk_first = step, chunk_end = min(step + kChunkTiles, a.k_tiles);
+      const int chunk_end = min(step + kChunkTiles, a.k_tiles);
+      if (uniform && chunk_end - step == kChunkTiles) {
+        // A whole chunk on one base: its 8 steps' MMAs chain in int32 with one step in flight
+        // (the previous step's stage is released once the next step's MMAs are issued), and
+        // the sums are promoted once at its end. Unrolled: no MMA stays in flight across a
+        // loop's back edge (ptxas would serialise them).
+        uint32_t previous = 0;
+#pragma unroll
+        for (int i = 0; i < kChunkTiles; ++i) {
+          const uint32_t s = (use + i) % kStages;
+          issue_step(s, use + i, i > 0);
+          if (i > 0) {
+            wgmma::wait<1>();
+            pipeline::arrive(&ctl.empty[previous]);
+          }
+          previous = s;
+        }
+        wgmma::wait<0>();
+        wgmma::fence_operands(sums);
+        promote(acc, sums, all_factors + previous * L::kFactorFloats, acc_row);
+        pipeline::arrive(&ctl.empty[previous]);
+        step += kChunkTiles, use += kChunkTiles;
+        continue;
+      }
+      // Otherwise step by step, promoting after each (or at the end of a short uniform chunk).
+      const int chunk_first = step;
       for (; step < chunk_end; ++step, ++use) {
         const uint32_t s = use % kStages;
-        pipeline::wait(&ctl.full[s], (use / kStages) & 1);
-        // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
-        // addresses stay below 2^18, so the 14-bit field never carries).
-        const uint64_t a_desc =
-            wgmma::descriptor(wgmma::shared_address(smem + s * L::kStageBytes)) +
-            wg * 64 * 128 / 16;
-        const uint64_t b_desc = a_desc - wg * 64 * 128 / 16 + L::kOperandBytes / 16;
-        const bool carry = uniform && step > chunk_first;  // the chunk's sums so far run on
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wgmma::mma_s8_m64n128k32(sums, a_desc + 32 * kk / 16, b_desc + 32 * kk / 16,
-                                   kk > 0 || carry);
-        wgmma::commit();
+        issue_step(s, use, uniform && step > chunk_first);
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
         if (!uniform || step + 1 == chunk_end)
@@ -405,14 +433,23 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
       }
     }
 
-    // D = acc, then alpha, beta C, bias and one rounding.
+    // D = acc, then alpha, beta C, bias and one rounding; without those, fp32 pairs rounded
+    // straight to D's dtype.
+    const bool plain = plain_epilogue(p), aligned = pairs_aligned(p);
 #pragma unroll
     for (int j = 0; j < kTileN / 8; ++j)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t m = rows0 + 16 * warp + g + (i >= 2 ? 8 : 0);
-        const int64_t n = n0 + 8 * j + 2 * q + (i & 1);
-        if (m < p.m && n < p.n) store_output(p, m, n, static_cast<double>(acc[4 * j + i]));
+      for (int h = 0; h < 2; ++h) {
+        const int64_t m = rows0 + 16 * warp + g + 8 * h;
+        const int64_t n = n0 + 8 * j + 2 * q;
+        if (m >= p.m || n >= p.n) continue;
+        const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
+        if (plain) {
+          store_pair(p, m, n, x, y, aligned);
+        } else {
+          store_output(p, m, n, static_cast<double>(x));
+          if (n + 1 < p.n) store_output(p, m, n + 1, static_cast<double>(y));
+        }
       }
   }
 }
