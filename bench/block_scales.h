@@ -15,5 +15,9 @@ struct ScaleRange {
 inline constexpr ScaleRange kTypicalScales{125, 3};
 // A spread that defeats scale folding: every K tile takes the exact per-block path.
 inline constexpr ScaleRange kWideScales{120, 16};
+// Drifting: each 128-wide K tile of a row draws from 3 values, the tiles' bases 125, 129, 133,
+// 125, ... in turn — every tile folds on its own, but no chunk of 8 tiles folds to one base.
+inline constexpr ScaleRange kDriftScales{125, 3};
+inline constexpr int kDriftStep = 4;
 
 }  // namespace a4w4::bench

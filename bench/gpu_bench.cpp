@@ -162,8 +162,25 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
   const double set_bytes = (s.m + s.n) * (s.k / 2.0 + s.k / 32.0) + s.m * s.n * out_size;
   const int sets = rotation_sets(set_bytes, facts);
   std::vector<Fp4Set> operands(sets);
-  const FillKind scale_kind =
-      options.wide_scales ? FillKind::kWideScales : FillKind::kTypicalScales;
+  const FillKind scale_kind = options.data == BenchData::kWide    ? FillKind::kWideScales
+                              : options.data == BenchData::kDrift ? FillKind::kDriftScales
+                                                                  : FillKind::kTypicalScales;
+  // Quantized data: bf16 operands generated here and quantized by a4w4.
+  std::unique_ptr<DeviceAllocation> source;
+  const bool quantized =
+      options.data == BenchData::kGaussian || options.data == BenchData::kOutliers;
+  if (quantized) source = std::make_unique<DeviceAllocation>(std::max(s.m, s.n) * s.k * 2);
+  const auto quantize_into = [&](void* codes, void* scales, int64_t rows, uint64_t seed,
+                                 bool activations) {
+    const bool outliers = activations && options.data == BenchData::kOutliers;
+    cuda_check(fill_model_like_bf16(source->ptr, rows, s.k, seed, 2.0, outliers ? 0.005 : 0.0,
+                                    32.0f, stream),
+               "fill");
+    const a4w4_tensor x = a4w4_tensor_2d(source->ptr, A4W4_DTYPE_BF16, rows, s.k, s.k, gpu);
+    const a4w4_tensor q = a4w4_tensor_2d(codes, A4W4_DTYPE_E2M1, rows, s.k, s.k, gpu);
+    const a4w4_tensor qs = a4w4_tensor_2d(scales, A4W4_DTYPE_E8M0, rows, s.k / 32, s.k / 32, gpu);
+    a4w4_check(a4w4_quantize(ctx, &x, &q, &qs, A4W4_SCALE_RCEIL, stream), "a4w4_quantize");
+  };
   for (int i = 0; i < sets; ++i) {
     Fp4Set& o = operands[i];
     o.a = std::make_unique<DeviceAllocation>(s.m * s.k / 2);
@@ -171,10 +188,17 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
     o.b = std::make_unique<DeviceAllocation>(s.n * s.k / 2);
     o.bs = std::make_unique<DeviceAllocation>(s.n * s.k / 32);
     o.d = std::make_unique<DeviceAllocation>(s.m * s.n * out_size);
-    cuda_check(fill_random(o.a->ptr, s.m * s.k / 2, 4 * i + 1, FillKind::kBytes, stream), "fill");
-    cuda_check(fill_random(o.as->ptr, s.m * s.k / 32, 4 * i + 2, scale_kind, stream), "fill");
-    cuda_check(fill_random(o.b->ptr, s.n * s.k / 2, 4 * i + 3, FillKind::kBytes, stream), "fill");
-    cuda_check(fill_random(o.bs->ptr, s.n * s.k / 32, 4 * i + 4, scale_kind, stream), "fill");
+    if (quantized) {
+      quantize_into(o.a->ptr, o.as->ptr, s.m, 4 * i + 1, true);
+      quantize_into(o.b->ptr, o.bs->ptr, s.n, 4 * i + 3, false);
+    } else {
+      cuda_check(fill_random(o.a->ptr, s.m * s.k / 2, 4 * i + 1, FillKind::kBytes, stream), "fill");
+      cuda_check(fill_random(o.as->ptr, s.m * s.k / 32, 4 * i + 2, scale_kind, stream, s.k / 32),
+                 "fill");
+      cuda_check(fill_random(o.b->ptr, s.n * s.k / 2, 4 * i + 3, FillKind::kBytes, stream), "fill");
+      cuda_check(fill_random(o.bs->ptr, s.n * s.k / 32, 4 * i + 4, scale_kind, stream, s.k / 32),
+                 "fill");
+    }
     if (prepared) {
       o.pb = std::make_unique<DeviceAllocation>(pw);
       o.pbs = std::make_unique<DeviceAllocation>(ps);
@@ -318,6 +342,24 @@ double time_cublaslt_fp8(const Shape& shape, const GpuDeviceFacts& facts,
 }
 
 }  // namespace
+
+std::string describe(BenchData data) {
+  switch (data) {
+    case BenchData::kWide:
+      return "random codes, block scales wide (120..135)";
+    case BenchData::kDrift:
+      return "random codes, block scales drifting (each 128-K tile within 3 binades, tiles 4 "
+             "binades apart in turn)";
+    case BenchData::kGaussian:
+      return "Gaussian bf16 rows (sigmas over 2 binades) quantized by a4w4 (RCEIL)";
+    case BenchData::kOutliers:
+      return "Gaussian bf16 rows (sigmas over 2 binades) quantized by a4w4 (RCEIL), A with 0.5% "
+             "outlier channels x32";
+    case BenchData::kTypical:
+      break;
+  }
+  return "random codes, block scales typical (125..127)";
+}
 
 GpuDeviceFacts measure_device(const GpuBenchOptions& options) {
   cuda_check(cudaSetDevice(options.device), "cudaSetDevice");

@@ -12,6 +12,17 @@
 
 namespace a4w4::bench {
 
+// The operands a4w4 is timed on. kTypical: random codes, block scales 125..127 (every 128-K tile
+// and every chunk of 8 folds); kWide: scales 120..135 (nothing folds); kDrift: each K tile's
+// scales within 3 binades but the tiles' bases 4 binades apart in turn (tiles fold, chunks do
+// not); kGaussian: bf16 data quantized by a4w4_quantize (RCEIL) — A and B Gaussian rows with
+// sigmas over 2 binades; kOutliers: the same, A with 0.5% outlier channels 32x larger (as LLM
+// activations have).
+enum class BenchData { kTypical, kWide, kDrift, kGaussian, kOutliers };
+
+// A line saying what BenchData is.
+std::string describe(BenchData data);
+
 struct GpuBenchOptions {
   int device = 0;
   int samples = 30;           // timed graph launches per figure; the median is reported
@@ -19,7 +30,7 @@ struct GpuBenchOptions {
   bool baselines = true;      // also time cuBLAS bf16 and cuBLASLt fp8
   bool prepared_weights = true;  // time a4w4 on a prepared B
   bool plain_weights = true;     // time a4w4 on a plain (not prepared) B
-  bool wide_scales = false;   // block scales 120..135 instead of the typical 125..127 (fill.h)
+  BenchData data = BenchData::kTypical;
   std::string kernel;         // "" = dispatch
   int split_k = 0;
   std::string out_dtype = "bf16";

@@ -34,7 +34,8 @@ struct BenchSettings {
   bool workspace = true;
   bool plain = true;
   bool prepared = true;
-  bool wide_scales = false;
+  std::string data = "typical";
+  bool wide_scales = false;  // --wide-scales: --data wide
   bool quantize = false;
   std::string kernel;
   int split_k = 0;
@@ -143,7 +144,12 @@ void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shap
 
 void run_bench(const BenchSettings& s) {
   const std::vector<bench::Shape> shapes = selected_shapes(s);
-  if (s.backend == A4W4_BACKEND_CPU) return run_cpu_bench(s, shapes);
+  if (s.backend == A4W4_BACKEND_CPU) {
+    if (s.data != "typical" || s.wide_scales)
+      fail("--data and --wide-scales choose the GPU benchmark's operands; the CPU benchmark "
+           "times random codes with block scales 120..135");
+    return run_cpu_bench(s, shapes);
+  }
   int devices = 0;
   const a4w4_status status = a4w4_device_count(A4W4_BACKEND_CUDA, &devices);
   if (status != A4W4_SUCCESS)
@@ -154,7 +160,12 @@ void run_bench(const BenchSettings& s) {
   options.baselines = s.baselines;
   options.plain_weights = s.plain;
   options.prepared_weights = s.prepared;
-  options.wide_scales = s.wide_scales;
+  const std::string data = s.wide_scales ? "wide" : s.data;
+  options.data = data == "wide"       ? bench::BenchData::kWide
+                 : data == "drift"    ? bench::BenchData::kDrift
+                 : data == "gaussian" ? bench::BenchData::kGaussian
+                 : data == "outliers" ? bench::BenchData::kOutliers
+                                      : bench::BenchData::kTypical;
   options.kernel = s.kernel;
   options.split_k = s.split_k;
   options.out_dtype = s.out_dtype;
@@ -167,9 +178,9 @@ void run_bench(const BenchSettings& s) {
     const auto rows = bench::run_gpu_gemm_bench(shapes, options, facts, show_progress);
     fmt::print(
         "device: {} (L2 {:.0f} MiB), copy bandwidth {:.0f} GB/s (bytes read + written); "
-        "D in {}; block scales {}; median of {} graph replays per figure\n\n",
+        "D in {}; data: {}; median of {} graph replays per figure\n\n",
         facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype,
-        s.wide_scales ? "wide (120..135)" : "typical (125..127)", s.samples);
+        bench::describe(options.data), s.samples);
     fmt::print("{}", bench::format_gemm_table(rows, facts));
     if (s.quantize) {
       std::vector<bench::QuantizeBenchRow> q = {
@@ -215,9 +226,17 @@ void add_bench_command(CLI::App& app) {
   command->add_flag("!--no-prepared", settings->prepared,
                     "Skip timing a4w4 on a prepared B (rates then come from the plain B)");
   command->add_flag("--quantize", settings->quantize, "Also time quantizing 8192x8192 bf16");
-  command->add_flag("--wide-scales", settings->wide_scales,
-                    "Block scales spread over 120..135 (defeats scale folding) instead of the "
-                    "typical 125..127");
+  auto* data = command
+                   ->add_option("--data", settings->data,
+                                "Operands a4w4 is timed on: typical (random codes, scales "
+                                "125..127), wide (scales 120..135: nothing folds), drift (each "
+                                "128-K tile folds, no chunk of 8 does), gaussian (Gaussian bf16 "
+                                "quantized by a4w4), outliers (the same, A with outlier channels)")
+                   ->check(CLI::IsMember({"typical", "wide", "drift", "gaussian", "outliers"}));
+  command
+      ->add_flag("--wide-scales", settings->wide_scales,
+                 "Block scales spread over 120..135 (defeats scale folding): --data wide")
+      ->excludes(data);
   command->add_option("--kernel", settings->kernel, "Run this registered kernel (a4w4 kernels)");
   command->add_option("--split-k", settings->split_k, "Split K into N partitions (0: automatic)")
       ->check(CLI::NonNegativeNumber);

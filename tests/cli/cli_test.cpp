@@ -244,6 +244,9 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
   EXPECT_EQ(entries, 2);
   expect_failure("tune --shapes shapes.txt --out t.csv --margin 101", "--margin");
   expect_failure("tune --shapes shapes.txt --out t.csv --workspace", "--workspace");
+  // The GPU benchmark's data choices are refused on the CPU, not ignored.
+  expect_failure("bench --backend cpu --shapes shapes.txt --data outliers", "--data");
+  expect_failure("bench --backend cpu --shapes shapes.txt --data nonsense", "--data");
 
   expect_failure("tune --shapes no-such-thing --out t.csv", "neither a file nor a preset");
 }
