@@ -101,7 +101,7 @@ struct StagingJob {
   StagedOperand staged;
   uint32_t factor_shift;  // 0 for A, 2 for B: the 1/4 that undoes the doubling of both operands
   bool permute_factors;   // B: in each 128 rows, in the order the consumers read them (below)
-  int warps;              // staging warps of this operand
+  int64_t tasks;          // (row, chunk) pairs: padded_rows * chunks, one warp each
 };
 
 struct Control {
@@ -133,150 +133,136 @@ __device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, int8_t*
   reinterpret_cast<uint4*>(out)[1] = make_uint4(z.x, z.y, w.x, w.y);
 }
 
-// Where K tile t of row `row` of a prepared B (numerics/weight_layout.h) lives: in the tile of row
-// group row / 16, lane (r % 8) * 4 + p holds piece p (elements 8p .. 8p + 7) of each of the 4
-// blocks, for row r % 8 then r % 8 + 8; the scales of rows r % 8 and r % 8 + 8 are 4 bytes apart.
-struct PreparedTile {
-  int64_t tile;
-  int r;
-  __device__ PreparedTile(int64_t row, int t, int blocks)
-      : tile(row / 16 * ((blocks + 3) / 4) + t), r(static_cast<int>(row % 16)) {}
-};
-
-// The 4 scale bytes of K tile t of row `row` of op (plain or A4W4_LAYOUT_PREPARED_V1), blocks past
-// `blocks` with the tile's first block's scale (so they neither widen the spread nor lower the
-// base; a prepared B's padding scales are zero).
-__device__ __forceinline__ uint32_t tile_scales(const PackedOperand& op, int64_t row, int t,
-                                                int blocks, bool scale_words) {
+// Block `block` of row `row` of op (plain or A4W4_LAYOUT_PREPARED_V1): its 16 bytes of codes
+// (element i in nibble i, as a plain row holds them) and its scale byte. In a prepared B's tile of
+// row group row / 16, lane (r % 8) * 4 + p holds piece p (elements 8p .. 8p + 7) of each of the 4
+// blocks, 32 bytes apart, for row r % 8 then r % 8 + 8 (numerics/weight_layout.h).
+__device__ __forceinline__ uint4 block_codes(const PackedOperand& op, int64_t row, int block,
+                                             int blocks) {
   if (op.layout == A4W4_LAYOUT_PLAIN)
-    return fold::scale_word(op.scale + row * op.scale_stride, t, blocks, scale_words);
-  const PreparedTile at(row, t, blocks);
-  uint32_t scales = __ldg(reinterpret_cast<const uint32_t*>(
-      op.scale + at.tile * layout::kTileScaleBytes + (at.r % 8) * 8 + (at.r / 8) * 4));
-  for (int j = 1; j < 4; ++j)
-    if (4 * t + j >= blocks)
-      scales = (scales & ~(0xFFu << (8 * j))) | ((scales & 0xFFu) << (8 * j));
-  return scales;
+    return __ldg(reinterpret_cast<const uint4*>(op.data + row * op.stride_bytes + 16 * block));
+  const int64_t tile = row / 16 * ((blocks + 3) / 4) + block / 4;
+  const int r = static_cast<int>(row % 16);
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(
+      op.data + tile * layout::kTileBytes + (r % 8) * 128 + (r / 8) * 16 + (block % 4) * 4);
+  return make_uint4(__ldg(words), __ldg(words + 8), __ldg(words + 16), __ldg(words + 24));
+}
+__device__ __forceinline__ uint32_t block_scale(const PackedOperand& op, int64_t row, int block,
+                                                int blocks) {
+  if (op.layout == A4W4_LAYOUT_PLAIN) return __ldg(op.scale + row * op.scale_stride + block);
+  const int64_t tile = row / 16 * ((blocks + 3) / 4) + block / 4;
+  const int r = static_cast<int>(row % 16);
+  return __ldg(op.scale + tile * layout::kTileScaleBytes + (r % 8) * 8 + (r / 8) * 4 + block % 4);
 }
 
-// K tile t of row `row` of op: its 4 blocks' codes (element i of a block in nibble i, as a plain
-// row holds them), blocks past `blocks` zero.
-__device__ __forceinline__ void tile_codes(const PackedOperand& op, int64_t row, int t, int blocks,
-                                           uint4 (&codes)[4]) {
-  if (op.layout == A4W4_LAYOUT_PLAIN) {
-    const uint8_t* codes_row = op.data + row * op.stride_bytes;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      codes[j] = 4 * t + j < blocks
-                     ? __ldg(reinterpret_cast<const uint4*>(codes_row + 16 * (4 * t + j)))
-                     : make_uint4(0, 0, 0, 0);
-    return;
-  }
-  // Padding blocks of a prepared B are zero.
-  const PreparedTile at(row, t, blocks);
-  const uint8_t* lanes =
-      op.data + at.tile * layout::kTileBytes + (at.r % 8) * 4 * 32 + (at.r / 8) * 16;
-  uint4 piece[4];
-#pragma unroll
-  for (int p = 0; p < 4; ++p) piece[p] = __ldg(reinterpret_cast<const uint4*>(lanes + 32 * p));
-  codes[0] = make_uint4(piece[0].x, piece[1].x, piece[2].x, piece[3].x);
-  codes[1] = make_uint4(piece[0].y, piece[1].y, piece[2].y, piece[3].y);
-  codes[2] = make_uint4(piece[0].z, piece[1].z, piece[2].z, piece[3].z);
-  codes[3] = make_uint4(piece[0].w, piece[1].w, piece[2].w, piece[3].w);
-}
-
-// Warp w of the job: rows 32 (w % row_groups) + lane, the chunk of K tiles [8 chunk, 8 chunk + 8)
-// with chunk = w / row_groups. A row whose chunk spreads over at most kMaxShift + 1 binades folds
-// every tile of it to the chunk's smallest scale (one factor for the chunk); otherwise each tile
-// folds to its own. Rows in [rows, padded_rows) only get factor 1.
-__device__ void stage_rows(const StagingJob& job, int warp, int lane, int blocks) {
+// One warp stages one row's chunk of 8 K tiles (lane = block of the chunk: coalesced 16-byte loads
+// and 32-byte stores). A row whose chunk spreads over at most kMaxShift + 1 binades folds every
+// tile of it to the chunk's smallest scale (one factor over the chunk); otherwise each tile folds
+// to its own. Rows in [rows, padded_rows) only get factor 1.
+__device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int blocks) {
   const StagedOperand& s = job.staged;
-  const int row_groups = static_cast<int>(s.padded_rows / 32);
-  const int64_t row = int64_t{warp % row_groups} * 32 + lane;
-  const int chunk = warp / row_groups;
-  const int first = chunk * kChunkTiles, count = min(kChunkTiles, s.k_tiles - first);
+  const int64_t row = task % s.padded_rows;
+  const int chunk = static_cast<int>(task / s.padded_rows);
+  const int block = chunk * 32 + lane, tile = block / 4;
+  const bool tile_lead = lane % 4 == 0 && tile < s.k_tiles;
   const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
   if (row >= s.rows) {
-    for (int t = first; t < first + count; ++t) s.factors[t * s.padded_rows + slot] = 1.0f;
+    if (tile_lead) s.factors[tile * s.padded_rows + slot] = 1.0f;
     return;
   }
   const PackedOperand& op = job.source;
-  const bool words = fold::scale_words(op);
-  uint32_t scales[kChunkTiles];
-  uint32_t smallest = 0xFFFFFFFFu;  // per byte
-#pragma unroll
-  for (int j = 0; j < kChunkTiles; ++j) {
-    scales[j] = j < count ? tile_scales(op, row, first + j, blocks, words) : scales[0];
-    smallest = __vminu4(smallest, scales[j]);
+  // Blocks past K (the last tile's padding) take the tile's first block's scale, so they neither
+  // widen the spread nor lower the base; tiles past K take no part.
+  uint32_t scale = block < blocks ? block_scale(op, row, block, blocks) : 0u;
+  const uint32_t first = __shfl_sync(0xFFFFFFFFu, scale, lane & ~3);
+  if (block >= blocks) scale = first;
+  const bool present = tile < s.k_tiles;
+  const uint32_t chunk_lo = __reduce_min_sync(0xFFFFFFFFu, present ? scale : 0xFFu);
+  const uint32_t chunk_hi = __reduce_max_sync(0xFFFFFFFFu, present ? scale : 0u);
+  uint32_t tile_lo = min(scale, __shfl_xor_sync(0xFFFFFFFFu, scale, 1));
+  tile_lo = min(tile_lo, __shfl_xor_sync(0xFFFFFFFFu, tile_lo, 2));
+  uint32_t tile_hi = max(scale, __shfl_xor_sync(0xFFFFFFFFu, scale, 1));
+  tile_hi = max(tile_hi, __shfl_xor_sync(0xFFFFFFFFu, tile_hi, 2));
+  // fold::fold_row's rule: every shift at most kMaxShift, the base at most 0xFF - 1 - kMaxShift
+  // (so no block is NaN).
+  const auto folds = [](uint32_t lo, uint32_t hi) {
+    return hi - lo <= fold::kMaxShift && lo <= 0xFFu - 1 - fold::kMaxShift;
+  };
+  const bool uniform = folds(chunk_lo, chunk_hi);
+  const uint32_t base = uniform ? chunk_lo : tile_lo;
+  const bool ok = uniform || folds(tile_lo, tile_hi);
+  if (present) {
+    const uint4 codes =
+        block < blocks ? block_codes(op, row, block, blocks) : make_uint4(0, 0, 0, 0);
+    // A tile that does not fold is never read.
+    store_block(codes, ok ? scale - base : 0u, s.values + row * s.padded_k + int64_t{block} * 32);
   }
-  const uint32_t chunk_base = min(min(smallest & 0xFFu, (smallest >> 8) & 0xFFu),
-                                  min((smallest >> 16) & 0xFFu, smallest >> 24));
-  bool uniform = true;
-#pragma unroll
-  for (int j = 0; j < kChunkTiles; ++j) uniform &= fold::fold_row_at(scales[j], chunk_base).ok;
-
+  if (tile_lead)
+    s.factors[tile * s.padded_rows + slot] =
+        __uint_as_float(base >= job.factor_shift ? (base - job.factor_shift) << 23 : 0u);
   fold::FoldSummary summary;
+  summary.bad = __any_sync(0xFFFFFFFFu, tile_lead && !ok) ? 1u : 0u;
   summary.mixed = uniform ? 0u : 1u;
-#pragma unroll
-  for (int j = 0; j < kChunkTiles; ++j) {
-    if (j >= count) break;
-    const int t = first + j;
-    const fold::FoldedRow f =
-        uniform ? fold::fold_row_at(scales[j], chunk_base) : fold::fold_row(scales[j]);
-    summary.add(f);
-    const uint32_t shifts = f.ok ? f.shifts : 0u;  // a tile that does not fold is never read
-    uint4 codes[4];
-    tile_codes(op, row, t, blocks, codes);
-    int8_t* out = s.values + row * s.padded_k + int64_t{t} * kStepK;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) store_block(codes[b], (shifts >> (8 * b)) & 0xFFu, out + 32 * b);
-    s.factors[t * s.padded_rows + slot] =
-        __uint_as_float(f.base >= job.factor_shift ? (f.base - job.factor_shift) << 23 : 0u);
-  }
-  s.summaries[chunk * s.rows + row] = summary.word();
+  summary.lo = __reduce_min_sync(0xFFFFFFFFu, tile_lead ? base : 0xFFu);
+  summary.hi = __reduce_max_sync(0xFFFFFFFFu, tile_lead ? base : 0u);
+  if (lane == 0) s.summaries[chunk * s.rows + row] = summary.word();
 }
 
-// Warp w: the summary of 128-row block w of A (then of B), every row's chunks combined, and per
-// chunk whether every row of the block folded it to one base.
-__device__ void summarize_block(const StagedOperand& s, int block, int lane) {
+// A CTA of 8 warps: the summary of one 128-row block of A or B, every row's chunks combined, and
+// per chunk whether every row of the block folded it to one base (warp w takes chunks w, w + 8..).
+__device__ void summarize_block(const StagedOperand& s, int block, int warp, int lane,
+                                uint32_t (&words)[8]) {
   fold::FoldSummary summary;
-  const int64_t end = min(s.rows, int64_t{block + 1} * kTileM);
-  for (int chunk = 0; chunk < s.chunks; ++chunk) {
+  const int64_t first = int64_t{block} * kTileM, end = min(s.rows, first + kTileM);
+  for (int chunk = warp; chunk < s.chunks; chunk += 8) {
     fold::FoldSummary rows;
-    for (int64_t row = int64_t{block} * kTileM + lane; row < end; row += 32)
-      rows.add(s.summaries[chunk * s.rows + row]);
+#pragma unroll
+    for (int i = 0; i < kTileM / 32; ++i) {
+      const int64_t row = first + 32 * i + lane;
+      if (row < end) rows.add(s.summaries[chunk * s.rows + row]);
+    }
     const uint32_t mixed = __reduce_or_sync(0xFFFFFFFFu, rows.mixed);
     if (lane == 0) s.chunk_uniform[int64_t{block} * s.chunks + chunk] = mixed ? 0u : 1u;
     summary.add(rows.word());
   }
+  summary.mixed = 0;  // per chunk above
   summary.bad = __reduce_or_sync(0xFFFFFFFFu, summary.bad);
   summary.lo = __reduce_min_sync(0xFFFFFFFFu, summary.lo);
   summary.hi = __reduce_max_sync(0xFFFFFFFFu, summary.hi);
-  summary.mixed = 0;  // per chunk above
-  if (lane == 0) s.blocks[block] = summary.word();
+  if (lane == 0) words[warp] = summary.word();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fold::FoldSummary all;
+    for (uint32_t w : words) all.add(w);
+    s.blocks[block] = all.word();
+  }
 }
 
 __global__ void __launch_bounds__(256) summarize_kernel(const __grid_constant__ StagedOperand a,
                                                         const __grid_constant__ StagedOperand b) {
-  const int warp = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int blocks_a = static_cast<int>(a.padded_rows / kTileM);
-  if (warp < blocks_a) {
-    summarize_block(a, warp, lane);
-  } else if (warp < blocks_a + b.padded_rows / kTileM) {
-    summarize_block(b, warp - blocks_a, lane);
+  __shared__ uint32_t words[8];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int block = static_cast<int>(blockIdx.x),
+            blocks_a = static_cast<int>(a.padded_rows / kTileM);
+  if (block < blocks_a) {
+    summarize_block(a, block, warp, lane, words);
+  } else {
+    summarize_block(b, block - blocks_a, warp, lane, words);
   }
 }
 
 __global__ void __launch_bounds__(256)
     stage_kernel(const __grid_constant__ StagingJob a, const __grid_constant__ StagingJob b,
                  int blocks) {
-  const int warp = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(threadIdx.x) / 32;
+  const int64_t warps = int64_t{gridDim.x} * 8;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (warp < a.warps) {
-    stage_rows(a, warp, lane, blocks);
-  } else if (warp < a.warps + b.warps) {
-    stage_rows(b, warp - a.warps, lane, blocks);
+  for (int64_t task = int64_t{blockIdx.x} * 8 + threadIdx.x / 32; task < a.tasks + b.tasks;
+       task += warps) {
+    if (task < a.tasks) {
+      stage_chunk(a, task, lane, blocks);
+    } else {
+      stage_chunk(b, task - a.tasks, lane, blocks);
+    }
   }
 }
 
@@ -534,15 +520,16 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   const StagingWorkspace w(p.m, p.n, p.k);
   auto* base = static_cast<uint8_t*>(p.workspace);
   const StagedOperand a = staged_operand(base, w.a), b = staged_operand(base + w.b_offset, w.b);
-  const int64_t chunks = (a.k_tiles + kChunkTiles - 1) / kChunkTiles;
-  const StagingJob job_a{p.a, a, 0, false, static_cast<int>(a.padded_rows / 32 * chunks)};
-  const StagingJob job_b{p.b, b, 2, true, static_cast<int>(b.padded_rows / 32 * chunks)};
-  const int64_t warps = int64_t{job_a.warps} + job_b.warps;
-  stage_kernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(
-      job_a, job_b, static_cast<int>(p.k / 32));
+  const StagingJob job_a{p.a, a, 0, false, a.padded_rows * a.chunks};
+  const StagingJob job_b{p.b, b, 2, true, b.padded_rows * b.chunks};
+  // Enough resident warps to keep the loads in flight; each loops over (row, chunk) tasks.
+  const int64_t ctas = std::min<int64_t>((job_a.tasks + job_b.tasks + 7) / 8,
+                                         int64_t{device_info(p.device.ordinal).sm_count} * 8);
+  stage_kernel<<<static_cast<unsigned>(ctas), 256, 0, stream>>>(job_a, job_b,
+                                                                static_cast<int>(p.k / 32));
   check_launch("stage_kernel");
-  const int64_t block_warps = (a.padded_rows + b.padded_rows) / kTileM;
-  summarize_kernel<<<static_cast<unsigned>((block_warps + 7) / 8), 256, 0, stream>>>(a, b);
+  const int64_t row_blocks = (a.padded_rows + b.padded_rows) / kTileM;
+  summarize_kernel<<<static_cast<unsigned>(row_blocks), 256, 0, stream>>>(a, b);
   check_launch("summarize_kernel");
 
   check_cuda(cudaFuncSetAttribute(gemm_int8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
