@@ -155,11 +155,30 @@ __device__ __forceinline__ uint32_t block_scale(const PackedOperand& op, int64_t
   return __ldg(op.scale + tile * layout::kTileScaleBytes + (r % 8) * 8 + (r / 8) * 4 + block % 4);
 }
 
-// One warp stages one row's chunk of 8 K tiles (lane = block of the chunk: coalesced 16-byte loads
-// and 32-byte stores). A row whose chunk spreads over at most kMaxShift + 1 binades folds every
-// tile of it to the chunk's smallest scale (one factor over the chunk); otherwise each tile folds
-// to its own. Rows in [rows, padded_rows) only get factor 1.
-__device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int blocks) {
+// What one lane of a staging task loads: its block's codes and scale byte (stage_chunk).
+struct ChunkLoad {
+  uint4 codes;
+  uint32_t scale;
+};
+
+// One warp stages one row's chunk of 8 K tiles (task = chunk * padded_rows + row; lane = block of
+// the chunk: coalesced 16-byte loads and 32-byte stores). Blocks past K (the last tile's padding)
+// load nothing; rows past `rows` nothing either.
+__device__ __forceinline__ ChunkLoad load_chunk(const StagingJob& job, int64_t task, int lane,
+                                                int blocks) {
+  const StagedOperand& s = job.staged;
+  const int64_t row = task % s.padded_rows;
+  const int block = static_cast<int>(task / s.padded_rows) * 32 + lane;
+  if (row >= s.rows || block >= blocks) return ChunkLoad{make_uint4(0, 0, 0, 0), 0u};
+  return ChunkLoad{block_codes(job.source, row, block, blocks),
+                   block_scale(job.source, row, block, blocks)};
+}
+
+// A row whose chunk spreads over at most kMaxShift + 1 binades folds every tile of it to the
+// chunk's smallest scale (one factor over the chunk); otherwise each tile folds to its own. Rows
+// in [rows, padded_rows) only get factor 1.
+__device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int blocks,
+                            const ChunkLoad& loaded) {
   const StagedOperand& s = job.staged;
   const int64_t row = task % s.padded_rows;
   const int chunk = static_cast<int>(task / s.padded_rows);
@@ -170,10 +189,9 @@ __device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int b
     if (tile_lead) s.factors[tile * s.padded_rows + slot] = 1.0f;
     return;
   }
-  const PackedOperand& op = job.source;
-  // Blocks past K (the last tile's padding) take the tile's first block's scale, so they neither
-  // widen the spread nor lower the base; tiles past K take no part.
-  uint32_t scale = block < blocks ? block_scale(op, row, block, blocks) : 0u;
+  // Blocks past K take the tile's first block's scale, so they neither widen the spread nor lower
+  // the base; tiles past K take no part.
+  uint32_t scale = loaded.scale;
   const uint32_t first = __shfl_sync(0xFFFFFFFFu, scale, lane & ~3);
   if (block >= blocks) scale = first;
   const bool present = tile < s.k_tiles;
@@ -192,10 +210,9 @@ __device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int b
   const uint32_t base = uniform ? chunk_lo : tile_lo;
   const bool ok = uniform || folds(tile_lo, tile_hi);
   if (present) {
-    const uint4 codes =
-        block < blocks ? block_codes(op, row, block, blocks) : make_uint4(0, 0, 0, 0);
     // A tile that does not fold is never read.
-    store_block(codes, ok ? scale - base : 0u, s.values + row * s.padded_k + int64_t{block} * 32);
+    store_block(loaded.codes, ok ? scale - base : 0u,
+                s.values + row * s.padded_k + int64_t{block} * 32);
   }
   if (tile_lead)
     s.factors[tile * s.padded_rows + slot] =
@@ -254,14 +271,30 @@ __global__ void __launch_bounds__(256) summarize_kernel(const __grid_constant__ 
 __global__ void __launch_bounds__(256)
     stage_kernel(const __grid_constant__ StagingJob a, const __grid_constant__ StagingJob b,
                  int blocks) {
-  const int64_t warps = int64_t{gridDim.x} * 8;
+  // Each warp takes kInFlight tasks at a time, their loads issued together.
+  constexpr int kInFlight = 4;
+  const int64_t warps = int64_t{gridDim.x} * 8, tasks = a.tasks + b.tasks;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  for (int64_t task = int64_t{blockIdx.x} * 8 + threadIdx.x / 32; task < a.tasks + b.tasks;
-       task += warps) {
-    if (task < a.tasks) {
-      stage_chunk(a, task, lane, blocks);
-    } else {
-      stage_chunk(b, task - a.tasks, lane, blocks);
+  for (int64_t task = int64_t{blockIdx.x} * 8 + threadIdx.x / 32; task < tasks;
+       task += kInFlight * warps) {
+    ChunkLoad loaded[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int64_t t = task + i * warps;
+      if (t < a.tasks) {
+        loaded[i] = load_chunk(a, t, lane, blocks);
+      } else if (t < tasks) {
+        loaded[i] = load_chunk(b, t - a.tasks, lane, blocks);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int64_t t = task + i * warps;
+      if (t < a.tasks) {
+        stage_chunk(a, t, lane, blocks, loaded[i]);
+      } else if (t < tasks) {
+        stage_chunk(b, t - a.tasks, lane, blocks, loaded[i]);
+      }
     }
   }
 }
