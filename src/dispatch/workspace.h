@@ -13,18 +13,23 @@ namespace a4w4 {
 // for rows rounded up to 128, one summary word per (chunk of 8 K tiles, row) — the smallest and
 // largest base exponent, whether every tile folds, whether the chunk folds to one base — the same
 // per 128 rows, and per (128 rows, chunk) whether every row of the block folds the chunk to one
-// base (the GEMM then promotes its int32 sums once per chunk instead of once per K tile).
+// base with no high blocks (the GEMM then promotes its int32 sums once per chunk instead of once
+// per K tile). With high blocks (A, whose outlier channels put a few blocks of a K tile far above
+// the others in every row): per (128 rows, K tile) a mask of the blocks folded apart, to a base of
+// their own, and per (K tile, row) that second factor.
 struct StagedOperandLayout {
   static constexpr int64_t kTileK = 128, kTileRows = 128, kChunkTiles = 8;
   static constexpr int64_t kAlign = 256;
 
   int64_t rows = 0, padded_rows = 0, padded_k = 0, k_tiles = 0, chunks = 0;
-  // Byte offsets from the operand's start, and its size.
-  int64_t values = 0, factors = 0, summaries = 0, block_summaries = 0, chunk_uniform = 0, bytes = 0;
+  // Byte offsets from the operand's start (high_factors and high_masks: 0 without high blocks),
+  // and its size.
+  int64_t values = 0, factors = 0, summaries = 0, block_summaries = 0, chunk_uniform = 0,
+          high_factors = 0, high_masks = 0, bytes = 0;
 
   static constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-  constexpr StagedOperandLayout(int64_t r, int64_t k)
+  constexpr StagedOperandLayout(int64_t r, int64_t k, bool high_blocks)
       : rows(r),
         padded_rows(round_up(r, kTileRows)),
         padded_k(round_up(k, kTileK)),
@@ -35,15 +40,20 @@ struct StagedOperandLayout {
     block_summaries = summaries + round_up(chunks * rows * 4, kAlign);
     chunk_uniform = block_summaries + round_up(padded_rows / kTileRows * 4, kAlign);
     bytes = chunk_uniform + round_up(padded_rows / kTileRows * chunks * 4, kAlign);
+    if (high_blocks) {
+      high_factors = bytes;
+      high_masks = high_factors + round_up(k_tiles * padded_rows * 4, kAlign);
+      bytes = high_masks + round_up(padded_rows / kTileRows * k_tiles, kAlign);
+    }
   }
 };
 
-// A and B staged one after the other.
+// A (with high blocks) and B staged one after the other.
 struct StagingWorkspace {
   StagedOperandLayout a, b;
   int64_t b_offset, bytes;
   constexpr StagingWorkspace(int64_t m, int64_t n, int64_t k)
-      : a(m, k), b(n, k), b_offset(a.bytes), bytes(a.bytes + b.bytes) {}
+      : a(m, k, true), b(n, k, false), b_offset(a.bytes), bytes(a.bytes + b.bytes) {}
 };
 
 }  // namespace a4w4

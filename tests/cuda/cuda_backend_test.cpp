@@ -96,7 +96,12 @@ enum ScaleKind {
   // blocks 3 above it, and the codes are +-6 (even rows all +6): the int32 sums of a chunk
   // come near their bound, 1024 * 96 * 96 < 2^24.
   kFoldDriftScales = 7,
-  kFoldPeakScales = 8
+  kFoldPeakScales = 8,
+  // kFoldOutlierScales (A; B gets kFoldScales): kFoldScales with outlier channels — blocks
+  // j % 11 == 3 of every row 6..9 binades above the row's base (high blocks, folded apart) — and,
+  // in the rows of 128-row tile 2, blocks j % 7 == 1 5 above too (the tile's high group then
+  // spreads over up to 5 binades in some K tiles, which do not fold).
+  kFoldOutlierScales = 9
 };
 
 // Random codes (all 16) and scales of `kind`, with a few NaN scales.
@@ -126,6 +131,9 @@ Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad,
       } else if (kind == kFoldDriftScales) {
         const bool drifts = r / 128 % 2 == 1 || r % 37 == 5;
         s = static_cast<uint8_t>(row_base + (drifts ? 4 * (j / 4 % 3) : 0) + near(rng));
+      } else if (kind == kFoldOutlierScales) {
+        const int lift = j % 11 == 3 ? 6 : r / 128 == 2 && j % 7 == 1 ? 5 : 0;
+        s = static_cast<uint8_t>(row_base + lift + near(rng));
       } else if (kind == kFoldPeakScales) {
         s = static_cast<uint8_t>(row_base + (j % 32 == 5 ? 0 : 3));
       } else if (kind == kFoldMixedScales) {
@@ -199,7 +207,9 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   SCOPED_TRACE(describe(c));
   const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
   const Packed a = random_packed(rng, c.m, c.k, c.pad + c.a_pad, c.scales, 0.002);
-  const Packed b = random_packed(rng, c.n, c.k, c.pad, c.scales, 0.002);
+  // Outlier channels are an activation's (A's); B's scales fold plainly.
+  const Packed b = random_packed(rng, c.n, c.k, c.pad,
+                                 c.scales == kFoldOutlierScales ? kFoldScales : c.scales, 0.002);
   const int64_t d_stride = c.n + c.pad;
   std::uniform_real_distribution<float> value(-4, 4);
   std::vector<float> c_host(static_cast<size_t>(c.m * d_stride)), bias(static_cast<size_t>(c.n));
@@ -590,6 +600,11 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
       {1000, 2300, 1056, A4W4_DTYPE_BF16, true, false, kFoldDriftScales, false, 0, kernel, 0},
       {300, 260, 4096, A4W4_DTYPE_F32, false, false, kFoldPeakScales, false, 0, kernel, 0},
       {257, 130, 2336, A4W4_DTYPE_F32, true, true, kFoldPeakScales, false, 0, kernel, 0},
+      // A with outlier channels: their blocks folded apart (a second MMA chain and factor per K
+      // tile), mixed with K tiles that do not fold (rows 256..383).
+      {520, 700, 2336, A4W4_DTYPE_F32, false, true, kFoldOutlierScales, false, 0, kernel, 0},
+      {257, 300, 4096, A4W4_DTYPE_F16, false, false, kFoldOutlierScales, false, 0, kernel, 32},
+      {130, 200, 96, A4W4_DTYPE_F32, true, false, kFoldOutlierScales, false, 0, kernel, 0},
       // A prepared B (staged from its 16 x 128 tiles): N not a multiple of 16 or of the tile, K
       // with a partial last 128-K tile (its padding blocks' zero scales must not count), folded
       // and unfolded tiles mixed (the unfolded ones on the bf16 launch at K % 64 == 0, on the
@@ -601,6 +616,7 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
       {300, 520, 4096, A4W4_DTYPE_F32, true, false, kFoldScales, true, 0, kernel, 0},
       {520, 700, 2336, A4W4_DTYPE_F16, true, true, kFoldDriftScales, true, 0, kernel, 0},
       {300, 260, 4096, A4W4_DTYPE_F32, false, false, kFoldPeakScales, true, 0, kernel, 0},
+      {1000, 456, 1056, A4W4_DTYPE_BF16, true, false, kFoldOutlierScales, true, 0, kernel, 0},
   };
   for (const GemmCase& c : large) {
     run_case(ctx_, rng_, c);

@@ -90,7 +90,11 @@ struct StagedOperand {
   uint32_t* summaries;  // [chunks][rows]: fold::FoldSummary words
   uint32_t* blocks;     // [padded_rows / 128]: the same over 128 rows (fold::StagedVerdicts)
   uint32_t* chunk_uniform;  // [padded_rows / 128][chunks]: 1 when every row folds the chunk to
-                            // one base
+                            // one base and no tile of it has high blocks
+  // A only (nullptr for B): per (128 rows, K tile) the mask of high blocks (bit j: block j of the
+  // tile), folded to a base of their own whose factor is high_factors [k_tiles][padded_rows].
+  uint8_t* high_masks;
+  float* high_factors;
   int64_t rows, padded_rows, padded_k;
   int k_tiles, chunks;
 };
@@ -111,8 +115,11 @@ struct Control {
 struct Layout {
   static constexpr int kOperandBytes = kTileM * kStepK;  // 128 rows x 128 int8, swizzled
   static constexpr int kStageBytes = 2 * kOperandBytes;  // A rows, then B rows
-  static constexpr int kFactorOffset = kStages * kStageBytes;
-  static constexpr int kFactorFloats = kTileM + kTileN;  // per stage: A's 128, then B's 128
+  // 64 rows x 128 zero bytes: the A operand of the blocks an MMA chain leaves out.
+  static constexpr int kZeroOffset = kStages * kStageBytes, kZeroBytes = 64 * kStepK;
+  static constexpr int kFactorOffset = kZeroOffset + kZeroBytes;
+  // Per stage: A's 128 (normal blocks), B's 128, then A's 128 of the high blocks.
+  static constexpr int kFactorFloats = kTileM + kTileN + kTileM;
   static constexpr int kGenericOffset = kFactorOffset + kStages * kFactorFloats * 4;
   static constexpr int kControlOffset =
       kGenericOffset + static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16);
@@ -174,19 +181,49 @@ __device__ __forceinline__ ChunkLoad load_chunk(const StagingJob& job, int64_t t
                    block_scale(job.source, row, block, blocks)};
 }
 
-// A row whose chunk spreads over at most kMaxShift + 1 binades folds every tile of it to the
-// chunk's smallest scale (one factor over the chunk); otherwise each tile folds to its own. Rows
-// in [rows, padded_rows) only get factor 1.
+// The smallest and largest of x over the lanes where `in` holds, in the warp (chunk) and in each
+// lane's group of 4 (tile); 0xFF / 0 where no lane holds.
+struct LaneRange {
+  uint32_t chunk_lo, chunk_hi, tile_lo, tile_hi;
+  __device__ __forceinline__ LaneRange(uint32_t x, bool in) {
+    const uint32_t lo = in ? x : 0xFFu, hi = in ? x : 0u;
+    chunk_lo = __reduce_min_sync(0xFFFFFFFFu, lo);
+    chunk_hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+    tile_lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, 1));
+    tile_lo = min(tile_lo, __shfl_xor_sync(0xFFFFFFFFu, tile_lo, 2));
+    tile_hi = max(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, 1));
+    tile_hi = max(tile_hi, __shfl_xor_sync(0xFFFFFFFFu, tile_hi, 2));
+  }
+};
+
+// fold::fold_row's rule for scales in [lo, hi]: every shift at most kMaxShift, the base at most
+// 0xFF - 1 - kMaxShift (so no block is NaN); an empty range (lo > hi) folds.
+__device__ __forceinline__ bool folds(uint32_t lo, uint32_t hi) {
+  return lo > hi || (hi - lo <= fold::kMaxShift && lo <= 0xFFu - 1 - fold::kMaxShift);
+}
+
+// 2^(base - 127 - shift) as fp32 (0 below its range).
+__device__ __forceinline__ float base_factor(uint32_t base, uint32_t shift) {
+  return __uint_as_float(base >= shift ? (base - shift) << 23 : 0u);
+}
+
+// A row's chunk: the blocks of each K tile are split into the normal ones and the tile's high
+// blocks (A's high_masks; none for B), each group folded to a base of its own. Where the row's
+// normal blocks of the whole chunk spread over at most kMaxShift + 1 binades, they fold to the
+// chunk's smallest scale (one factor over the chunk); otherwise each tile's to its own. Rows in
+// [rows, padded_rows) only get factor 1.
 __device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int blocks,
                             const ChunkLoad& loaded) {
   const StagedOperand& s = job.staged;
   const int64_t row = task % s.padded_rows;
   const int chunk = static_cast<int>(task / s.padded_rows);
   const int block = chunk * 32 + lane, tile = block / 4;
-  const bool tile_lead = lane % 4 == 0 && tile < s.k_tiles;
+  const bool present = tile < s.k_tiles, tile_lead = lane % 4 == 0 && present;
   const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
+  const int64_t factor_index = tile * s.padded_rows + slot;
   if (row >= s.rows) {
-    if (tile_lead) s.factors[tile * s.padded_rows + slot] = 1.0f;
+    if (tile_lead) s.factors[factor_index] = 1.0f;
+    if (tile_lead && s.high_factors != nullptr) s.high_factors[factor_index] = 1.0f;
     return;
   }
   // Blocks past K take the tile's first block's scale, so they neither widen the spread nor lower
@@ -194,39 +231,41 @@ __device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int b
   uint32_t scale = loaded.scale;
   const uint32_t first = __shfl_sync(0xFFFFFFFFu, scale, lane & ~3);
   if (block >= blocks) scale = first;
-  const bool present = tile < s.k_tiles;
-  const uint32_t chunk_lo = __reduce_min_sync(0xFFFFFFFFu, present ? scale : 0xFFu);
-  const uint32_t chunk_hi = __reduce_max_sync(0xFFFFFFFFu, present ? scale : 0u);
-  uint32_t tile_lo = min(scale, __shfl_xor_sync(0xFFFFFFFFu, scale, 1));
-  tile_lo = min(tile_lo, __shfl_xor_sync(0xFFFFFFFFu, tile_lo, 2));
-  uint32_t tile_hi = max(scale, __shfl_xor_sync(0xFFFFFFFFu, scale, 1));
-  tile_hi = max(tile_hi, __shfl_xor_sync(0xFFFFFFFFu, tile_hi, 2));
-  // fold::fold_row's rule: every shift at most kMaxShift, the base at most 0xFF - 1 - kMaxShift
-  // (so no block is NaN).
-  const auto folds = [](uint32_t lo, uint32_t hi) {
-    return hi - lo <= fold::kMaxShift && lo <= 0xFFu - 1 - fold::kMaxShift;
-  };
-  const bool uniform = folds(chunk_lo, chunk_hi);
-  const uint32_t base = uniform ? chunk_lo : tile_lo;
-  const bool ok = uniform || folds(tile_lo, tile_hi);
+  const bool high = present && s.high_masks != nullptr &&
+                    ((s.high_masks[row / kTileM * s.k_tiles + tile] >> (lane % 4)) & 1u) != 0;
+  const LaneRange normal(scale, present && !high), apart(scale, high);
+  const bool uniform = folds(normal.chunk_lo, normal.chunk_hi);
+  const uint32_t base_normal = uniform ? normal.chunk_lo : normal.tile_lo;
+  const uint32_t base_high = apart.tile_lo;
+  const bool ok =
+      (uniform || folds(normal.tile_lo, normal.tile_hi)) && folds(apart.tile_lo, apart.tile_hi);
   if (present) {
     // A tile that does not fold is never read.
-    store_block(loaded.codes, ok ? scale - base : 0u,
+    store_block(loaded.codes, ok ? scale - (high ? base_high : base_normal) : 0u,
                 s.values + row * s.padded_k + int64_t{block} * 32);
   }
-  if (tile_lead)
-    s.factors[tile * s.padded_rows + slot] =
-        __uint_as_float(base >= job.factor_shift ? (base - job.factor_shift) << 23 : 0u);
+  // A group with no block in the tile gets factor 0 (its sums are zero; a chunk whose sums run
+  // on over its tiles has no high blocks, so every tile of it has normal ones).
+  const bool has_normal = normal.tile_lo <= normal.tile_hi;
+  const bool has_high = apart.tile_lo <= apart.tile_hi;
+  if (tile_lead) {
+    s.factors[factor_index] = has_normal ? base_factor(base_normal, job.factor_shift) : 0.0f;
+    if (s.high_factors != nullptr)
+      s.high_factors[factor_index] = has_high ? base_factor(base_high, job.factor_shift) : 0.0f;
+  }
   fold::FoldSummary summary;
   summary.bad = __any_sync(0xFFFFFFFFu, tile_lead && !ok) ? 1u : 0u;
   summary.mixed = uniform ? 0u : 1u;
-  summary.lo = __reduce_min_sync(0xFFFFFFFFu, tile_lead ? base : 0xFFu);
-  summary.hi = __reduce_max_sync(0xFFFFFFFFu, tile_lead ? base : 0u);
+  const uint32_t lo = min(has_normal ? base_normal : 0xFFu, has_high ? base_high : 0xFFu);
+  const uint32_t hi = max(has_normal ? base_normal : 0u, has_high ? base_high : 0u);
+  summary.lo = __reduce_min_sync(0xFFFFFFFFu, tile_lead ? lo : 0xFFu);
+  summary.hi = __reduce_max_sync(0xFFFFFFFFu, tile_lead ? hi : 0u);
   if (lane == 0) s.summaries[chunk * s.rows + row] = summary.word();
 }
 
 // A CTA of 8 warps: the summary of one 128-row block of A or B, every row's chunks combined, and
-// per chunk whether every row of the block folded it to one base (warp w takes chunks w, w + 8..).
+// per chunk whether every row of the block folded it to one base with no high blocks (warp w takes
+// chunks w, w + 8..).
 __device__ void summarize_block(const StagedOperand& s, int block, int warp, int lane,
                                 uint32_t (&words)[8]) {
   fold::FoldSummary summary;
@@ -238,7 +277,11 @@ __device__ void summarize_block(const StagedOperand& s, int block, int warp, int
       const int64_t row = first + 32 * i + lane;
       if (row < end) rows.add(s.summaries[chunk * s.rows + row]);
     }
-    const uint32_t mixed = __reduce_or_sync(0xFFFFFFFFu, rows.mixed);
+    // A chunk with high blocks in any tile is promoted tile by tile too.
+    const int tile = chunk * kChunkTiles + lane;
+    const bool high = s.high_masks != nullptr && lane < kChunkTiles && tile < s.k_tiles &&
+                      s.high_masks[int64_t{block} * s.k_tiles + tile] != 0;
+    const uint32_t mixed = __reduce_or_sync(0xFFFFFFFFu, rows.mixed | (high ? 1u : 0u));
     if (lane == 0) s.chunk_uniform[int64_t{block} * s.chunks + chunk] = mixed ? 0u : 1u;
     summary.add(rows.word());
   }
@@ -266,6 +309,36 @@ __global__ void __launch_bounds__(256) summarize_kernel(const __grid_constant__ 
   } else {
     summarize_block(b, block - blocks_a, warp, lane, words);
   }
+}
+
+// Warp w: the high blocks of one (128-row block, chunk) of A (lane = block of the chunk): a
+// block is high in a K tile when, in some row, its scale lies more than kMaxShift above the
+// tile's smallest — an outlier channel, which puts the same blocks high in every row. Folding them
+// apart keeps such tiles on the int8 path (stage_chunk). NaN scales count as not high (their
+// tiles do not fold anyway).
+__global__ void __launch_bounds__(256)
+    high_blocks_kernel(const __grid_constant__ PackedOperand a,
+                       const __grid_constant__ StagedOperand s, int blocks) {
+  const int64_t warp = int64_t{blockIdx.x} * 8 + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row_blocks = s.padded_rows / kTileM;
+  if (warp >= row_blocks * s.chunks) return;
+  const int64_t first = warp % row_blocks * kTileM, end = min(s.rows, first + kTileM);
+  const int block = static_cast<int>(warp / row_blocks) * 32 + lane, tile = block / 4;
+  const uint8_t* scales = a.scale + block;
+  uint32_t high = 0;
+#pragma unroll 8
+  for (int64_t row = first; row < end; ++row) {
+    const uint32_t scale = block < blocks ? __ldg(scales + row * a.scale_stride) : 0xFFu;
+    uint32_t lo = min(scale, __shfl_xor_sync(0xFFFFFFFFu, scale, 1));
+    lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, 2));
+    high |= scale != 0xFFu && scale > lo + fold::kMaxShift ? 1u : 0u;
+  }
+  uint32_t mask = high << (lane % 4);
+  mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, 1);
+  mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, 2);
+  if (lane % 4 == 0 && tile < s.k_tiles)
+    s.high_masks[warp % row_blocks * s.k_tiles + tile] = static_cast<uint8_t>(mask);
 }
 
 __global__ void __launch_bounds__(256)
@@ -320,6 +393,8 @@ __device__ void produce_stages(const StagedOperand& a, const StagedOperand& b, i
     pipeline::bulk_load(factors, a.factors + step * a.padded_rows + m0, kTileM * 4, &ctl.full[s]);
     pipeline::bulk_load(factors + kTileM, b.factors + step * b.padded_rows + n0, kTileN * 4,
                         &ctl.full[s]);
+    pipeline::bulk_load(factors + kTileM + kTileN, a.high_factors + step * a.padded_rows + m0,
+                        kTileM * 4, &ctl.full[s]);
   }
 }
 
@@ -343,12 +418,11 @@ __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, cons
 // is __int2float_rn, one I2FP.F32.S32 on sm_90 (not the quarter-rate I2F that
 // fold::tile_sum_to_float avoids with two instructions): 3 instructions per accumulator.
 __device__ __forceinline__ void promote(float (&acc)[Layout::kAcc],
-                                        const int32_t (&sum)[Layout::kAcc],
-                                        const float* stage_factors, int a_row) {
-  const float fa0 = stage_factors[a_row], fa1 = stage_factors[a_row + 8];
+                                        const int32_t (&sum)[Layout::kAcc], const float* a_factors,
+                                        const float* b_factors, int a_row) {
+  const float fa0 = a_factors[a_row], fa1 = a_factors[a_row + 8];
   // B's factors of columns 8 j + 2 q + {0, 1}, j = 0..15: 32 consecutive floats (factor_slot).
-  const float4* fb4 =
-      reinterpret_cast<const float4*>(stage_factors + kTileM + 32 * (threadIdx.x % 4));
+  const float4* fb4 = reinterpret_cast<const float4*>(b_factors + 32 * (threadIdx.x % 4));
 #pragma unroll
   for (int jj = 0; jj < kTileN / 16; ++jj) {
     const float4 f = fb4[(jj + 2 * (threadIdx.x % 4)) % 8];
@@ -395,10 +469,13 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     const uint32_t* uniform_a = a.chunk_uniform + m0 / kTileM * a.chunks;
     const uint32_t* uniform_b = b.chunk_uniform + n0 / kTileN * b.chunks;
     uint32_t uniform_next = __ldg(uniform_a) & __ldg(uniform_b);
-    // Waits for stage s (ring use `u`) and issues its 4 MMAs: the chain starts from zero unless
-    // `carry` (the chunk's sums so far run on).
-    const auto issue_step = [&](uint32_t s, uint32_t u, bool carry) {
-      pipeline::wait(&ctl.full[s], (u / kStages) & 1);
+    // A's high-block masks of this tile's rows, one per step.
+    const uint8_t* high_masks = a.high_masks + m0 / kTileM * a.k_tiles;
+    // Issues the 4 MMAs of stage s, the blocks outside `mask` (bit j: the K tile's block j) on
+    // zero A rows: the chain starts from zero unless `carry` (the chunk's sums so far run on).
+    // (Every MMA is issued: ptxas serialises wgmma issued under a branch.)
+    const uint64_t zero_desc = wgmma::descriptor(wgmma::shared_address(smem + L::kZeroOffset));
+    const auto issue = [&](uint32_t s, uint32_t mask, bool carry) {
       // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
       // addresses stay below 2^18, so the 14-bit field never carries).
       const uint64_t a_desc =
@@ -407,25 +484,27 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        wgmma::mma_s8_m64n128k32(sums, a_desc + 32 * kk / 16, b_desc + 32 * kk / 16,
-                                 kk > 0 || carry);
+        wgmma::mma_s8_m64n128k32(sums, ((mask >> kk) & 1u ? a_desc : zero_desc) + 32 * kk / 16,
+                                 b_desc + 32 * kk / 16, kk > 0 || carry);
       wgmma::commit();
     };
+    const auto stage_factors = [&](uint32_t s) { return all_factors + s * L::kFactorFloats; };
     for (int chunk = 0, step = 0; chunk < a.chunks; ++chunk) {
       const bool uniform = uniform_next != 0;
       if (chunk + 1 < a.chunks)
         uniform_next = __ldg(uniform_a + chunk + 1) & __ldg(uniform_b + chunk + 1);
       const int chunk_end = min(step + kChunkTiles, a.k_tiles);
       if (uniform && chunk_end - step == kChunkTiles) {
-        // A whole chunk on one base: its 8 steps' MMAs chain in int32 with one step in flight
-        // (the previous step's stage is released once the next step's MMAs are issued), and
-        // the sums are promoted once at its end. Unrolled: no MMA stays in flight across a
-        // loop's back edge (ptxas would serialise them).
+        // A whole chunk on one base (and no high blocks): its 8 steps' MMAs chain in int32 with
+        // one step in flight (the previous step's stage is released once the next step's MMAs
+        // are issued), and the sums are promoted once at its end. Unrolled: no MMA stays in
+        // flight across a loop's back edge (ptxas would serialise them).
         uint32_t previous = 0;
 #pragma unroll
         for (int i = 0; i < kChunkTiles; ++i) {
           const uint32_t s = (use + i) % kStages;
-          issue_step(s, use + i, i > 0);
+          pipeline::wait(&ctl.full[s], ((use + i) / kStages) & 1);
+          issue(s, 0xFu, i > 0);
           if (i > 0) {
             wgmma::wait<1>();
             pipeline::arrive(&ctl.empty[previous]);
@@ -434,20 +513,30 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
         }
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
-        promote(acc, sums, all_factors + previous * L::kFactorFloats, acc_row);
+        promote(acc, sums, stage_factors(previous), stage_factors(previous) + kTileM, acc_row);
         pipeline::arrive(&ctl.empty[previous]);
         step += kChunkTiles, use += kChunkTiles;
         continue;
       }
-      // Otherwise step by step, promoting after each (or at the end of a short uniform chunk).
+      // Otherwise step by step: the normal blocks' sums promoted after each step (or at the end
+      // of a short uniform chunk), then the high blocks' (their own chain and factors).
       const int chunk_first = step;
+      uint32_t high_next = __ldg(high_masks + step);
       for (; step < chunk_end; ++step, ++use) {
-        const uint32_t s = use % kStages;
-        issue_step(s, use, uniform && step > chunk_first);
+        const uint32_t s = use % kStages, high = high_next;
+        if (step + 1 < chunk_end) high_next = __ldg(high_masks + step + 1);
+        const float* f = stage_factors(s);
+        pipeline::wait(&ctl.full[s], (use / kStages) & 1);
+        issue(s, 0xFu & ~high, uniform && step > chunk_first);
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
-        if (!uniform || step + 1 == chunk_end)
-          promote(acc, sums, all_factors + s * L::kFactorFloats, acc_row);
+        if (!uniform || step + 1 == chunk_end) promote(acc, sums, f, f + kTileM, acc_row);
+        if (high != 0) {
+          issue(s, high, false);
+          wgmma::wait<0>();
+          wgmma::fence_operands(sums);
+          promote(acc, sums, f + kTileM + kTileN, f + kTileM, acc_row);
+        }
         pipeline::arrive(&ctl.empty[s]);  // its MMAs and factors are done
       }
     }
@@ -492,6 +581,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     pipeline::prefetch_map(&map_a);
     pipeline::prefetch_map(&map_b);
   }
+  for (int i = static_cast<int>(threadIdx.x); i < L::kZeroBytes / 16; i += kThreads)
+    reinterpret_cast<uint4*>(smem + L::kZeroOffset)[i] = make_uint4(0, 0, 0, 0);
+  wgmma::fence_shared_for_async();  // the MMAs read the zeros through the async proxy
   __syncthreads();
   const fold::StagedVerdicts verdicts{a.blocks, b.blocks};
   if (threadIdx.x < kWarpgroup) {
@@ -514,6 +606,8 @@ StagedOperand staged_operand(uint8_t* base, const StagedOperandLayout& l) {
                        reinterpret_cast<uint32_t*>(base + l.summaries),
                        reinterpret_cast<uint32_t*>(base + l.block_summaries),
                        reinterpret_cast<uint32_t*>(base + l.chunk_uniform),
+                       l.high_masks ? base + l.high_masks : nullptr,
+                       l.high_factors ? reinterpret_cast<float*>(base + l.high_factors) : nullptr,
                        l.rows,
                        l.padded_rows,
                        l.padded_k,
@@ -553,6 +647,11 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   const StagingWorkspace w(p.m, p.n, p.k);
   auto* base = static_cast<uint8_t*>(p.workspace);
   const StagedOperand a = staged_operand(base, w.a), b = staged_operand(base + w.b_offset, w.b);
+  // A's high blocks first: the staging pass folds them apart.
+  const int64_t mask_warps = a.padded_rows / kTileM * a.chunks;
+  high_blocks_kernel<<<static_cast<unsigned>((mask_warps + 7) / 8), 256, 0, stream>>>(
+      p.a, a, static_cast<int>(p.k / 32));
+  check_launch("high_blocks_kernel");
   const StagingJob job_a{p.a, a, 0, false, a.padded_rows * a.chunks};
   const StagingJob job_b{p.b, b, 2, true, b.padded_rows * b.chunks};
   // Enough resident warps to keep the loads in flight; each loops over (row, chunk) tasks.
