@@ -592,6 +592,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                      const __grid_constant__ fold::StagedVerdicts skip) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using L = Layout<kTileN>;
+  // After the int8 family's launch: nothing to do when every tile folded (the common case).
+  if (skip.a_blocks != nullptr &&
+      !__syncthreads_or(threadIdx.x < 32 && skip.any_unfolded(p.m, p.n) ? 1 : 0))
+    return;
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
                                                      // 1024-aligned
   Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);

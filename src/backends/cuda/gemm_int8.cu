@@ -92,9 +92,10 @@ struct StagedOperand {
   uint32_t* chunk_uniform;  // [padded_rows / 128][chunks]: 1 when every row folds the chunk to
                             // one base and no tile of it has high blocks
   // A only (nullptr for B): per (128 rows, K tile) the mask of high blocks (bit j: block j of the
-  // tile), folded to a base of their own whose factor is high_factors [k_tiles][padded_rows].
+  // tile), each kept apart on its own scale (values unshifted), and per (K tile, row) a word of
+  // their scale bytes (byte j: block j's; 0 for blocks not high).
   uint8_t* high_masks;
-  float* high_factors;
+  uint32_t* high_scales;
   int64_t rows, padded_rows, padded_k;
   int k_tiles, chunks;
 };
@@ -112,22 +113,26 @@ struct Control {
   uint64_t full[kStages], empty[kStages];  // producer (TMA) -> consumers -> producer
 };
 
+// The GEMM kernel's shared memory. kHigh: the variant for tiles whose A rows have high blocks,
+// which also needs 64 zero A rows (the operand of the blocks a chain leaves out) and A's high
+// scale words beside each stage's factors.
+template <bool kHigh>
 struct Layout {
   static constexpr int kOperandBytes = kTileM * kStepK;  // 128 rows x 128 int8, swizzled
   static constexpr int kStageBytes = 2 * kOperandBytes;  // A rows, then B rows
-  // 64 rows x 128 zero bytes: the A operand of the blocks an MMA chain leaves out.
-  static constexpr int kZeroOffset = kStages * kStageBytes, kZeroBytes = 64 * kStepK;
+  static constexpr int kZeroOffset = kStages * kStageBytes, kZeroBytes = kHigh ? 64 * kStepK : 0;
   static constexpr int kFactorOffset = kZeroOffset + kZeroBytes;
-  // Per stage: A's 128 (normal blocks), B's 128, then A's 128 of the high blocks.
-  static constexpr int kFactorFloats = kTileM + kTileN + kTileM;
+  // Per stage: A's 128 factors (normal blocks), B's 128, then (kHigh) A's 128 high scale words.
+  static constexpr int kFactorFloats = kTileM + kTileN + (kHigh ? kTileM : 0);
   static constexpr int kGenericOffset = kFactorOffset + kStages * kFactorFloats * 4;
   static constexpr int kControlOffset =
       kGenericOffset + static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16);
   static constexpr size_t kBytes = kControlOffset + sizeof(Control);
   static constexpr uint32_t kStageTxBytes = kStageBytes + kFactorFloats * 4;
-  static constexpr int kAcc = kTileN / 2;  // accumulators per thread and set
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0);
+  static_assert(kBytes <= 227 * 1024);
 };
+constexpr int kAcc = kTileN / 2;  // accumulators per consumer thread and set
 
 // ---- The staging pass ----------------------------------------------------------------------
 
@@ -162,23 +167,30 @@ __device__ __forceinline__ uint32_t block_scale(const PackedOperand& op, int64_t
   return __ldg(op.scale + tile * layout::kTileScaleBytes + (r % 8) * 8 + (r / 8) * 4 + block % 4);
 }
 
-// What one lane of a staging task loads: its block's codes and scale byte (stage_chunk).
+// What one lane of a staging task loads: its block's codes and scale byte, and its tile's mask of
+// high blocks (stage_chunk).
 struct ChunkLoad {
   uint4 codes;
-  uint32_t scale;
+  uint32_t scale, high_mask;
 };
 
 // One warp stages one row's chunk of 8 K tiles (task = chunk * padded_rows + row; lane = block of
 // the chunk: coalesced 16-byte loads and 32-byte stores). Blocks past K (the last tile's padding)
 // load nothing; rows past `rows` nothing either.
+// kHigh: the operand has high blocks (A); B's staging compiles without them.
+template <bool kHigh>
 __device__ __forceinline__ ChunkLoad load_chunk(const StagingJob& job, int64_t task, int lane,
                                                 int blocks) {
   const StagedOperand& s = job.staged;
   const int64_t row = task % s.padded_rows;
   const int block = static_cast<int>(task / s.padded_rows) * 32 + lane;
-  if (row >= s.rows || block >= blocks) return ChunkLoad{make_uint4(0, 0, 0, 0), 0u};
+  const int tile = block / 4;
+  const uint32_t high_mask = kHigh && row < s.rows && tile < s.k_tiles
+                                 ? s.high_masks[row / kTileM * s.k_tiles + tile]
+                                 : 0u;
+  if (row >= s.rows || block >= blocks) return ChunkLoad{make_uint4(0, 0, 0, 0), 0u, high_mask};
   return ChunkLoad{block_codes(job.source, row, block, blocks),
-                   block_scale(job.source, row, block, blocks)};
+                   block_scale(job.source, row, block, blocks), high_mask};
 }
 
 // The smallest and largest of x over the lanes where `in` holds, in the warp (chunk) and in each
@@ -207,23 +219,31 @@ __device__ __forceinline__ float base_factor(uint32_t base, uint32_t shift) {
   return __uint_as_float(base >= shift ? (base - shift) << 23 : 0u);
 }
 
-// A row's chunk: the blocks of each K tile are split into the normal ones and the tile's high
-// blocks (A's high_masks; none for B), each group folded to a base of its own. Where the row's
+// A row's chunk: the blocks of each K tile are split into the normal ones, folded to one base, and
+// the tile's high blocks (A's high_masks; none for B), each kept on its own scale. Where the row's
 // normal blocks of the whole chunk spread over at most kMaxShift + 1 binades, they fold to the
 // chunk's smallest scale (one factor over the chunk); otherwise each tile's to its own. Rows in
 // [rows, padded_rows) only get factor 1.
+// What a CTA's staging of 32 rows x one chunk leaves for coalesced stores (stage_kernel): per
+// (tile of the chunk, row) the factor and the high scale word, per row the summary.
+struct ChunkOut {
+  float factors[kChunkTiles][32];
+  uint32_t high_scales[kChunkTiles][32];
+  uint32_t summaries[32];
+};
+
+template <bool kHigh>
 __device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int blocks,
-                            const ChunkLoad& loaded) {
+                            const ChunkLoad& loaded, ChunkOut& out) {
   const StagedOperand& s = job.staged;
   const int64_t row = task % s.padded_rows;
   const int chunk = static_cast<int>(task / s.padded_rows);
   const int block = chunk * 32 + lane, tile = block / 4;
   const bool present = tile < s.k_tiles, tile_lead = lane % 4 == 0 && present;
-  const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
-  const int64_t factor_index = tile * s.padded_rows + slot;
+  float& factor = out.factors[lane / 4][row % 32];
+  uint32_t& high_scales = out.high_scales[lane / 4][row % 32];
   if (row >= s.rows) {
-    if (tile_lead) s.factors[factor_index] = 1.0f;
-    if (tile_lead && s.high_factors != nullptr) s.high_factors[factor_index] = 1.0f;
+    if (tile_lead) factor = 1.0f, high_scales = 0x7F7F7F7Fu;
     return;
   }
   // Blocks past K take the tile's first block's scale, so they neither widen the spread nor lower
@@ -231,36 +251,44 @@ __device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int b
   uint32_t scale = loaded.scale;
   const uint32_t first = __shfl_sync(0xFFFFFFFFu, scale, lane & ~3);
   if (block >= blocks) scale = first;
-  const bool high = present && s.high_masks != nullptr &&
-                    ((s.high_masks[row / kTileM * s.k_tiles + tile] >> (lane % 4)) & 1u) != 0;
-  const LaneRange normal(scale, present && !high), apart(scale, high);
+  const bool high = kHigh && present && ((loaded.high_mask >> (lane % 4)) & 1u) != 0;
+  const LaneRange normal(scale, present && !high);
   const bool uniform = folds(normal.chunk_lo, normal.chunk_hi);
   const uint32_t base_normal = uniform ? normal.chunk_lo : normal.tile_lo;
-  const uint32_t base_high = apart.tile_lo;
-  const bool ok =
-      (uniform || folds(normal.tile_lo, normal.tile_hi)) && folds(apart.tile_lo, apart.tile_hi);
+  // A high block is a group of its own: shift 0, its scale its base (fold_row's rule: not NaN).
+  // Over the tile: the high blocks' smallest and largest scale, whether one is NaN, and their
+  // scale bytes (byte j: block j's), gathered into each lane.
+  uint32_t high_lo = high ? scale : 0xFFu, high_hi = high ? scale : 0u;
+  uint32_t high_word = high ? scale << (8 * (lane % 4)) : 0u;
+  uint32_t high_bad = high && !folds(scale, scale) ? 1u : 0u;
+#pragma unroll
+  for (int mask = 1; mask <= 2; mask *= 2) {
+    high_lo = min(high_lo, __shfl_xor_sync(0xFFFFFFFFu, high_lo, mask));
+    high_hi = max(high_hi, __shfl_xor_sync(0xFFFFFFFFu, high_hi, mask));
+    high_word |= __shfl_xor_sync(0xFFFFFFFFu, high_word, mask);
+    high_bad |= __shfl_xor_sync(0xFFFFFFFFu, high_bad, mask);
+  }
+  const bool ok = (uniform || folds(normal.tile_lo, normal.tile_hi)) && high_bad == 0;
   if (present) {
     // A tile that does not fold is never read.
-    store_block(loaded.codes, ok ? scale - (high ? base_high : base_normal) : 0u,
+    store_block(loaded.codes, ok && !high ? scale - base_normal : 0u,
                 s.values + row * s.padded_k + int64_t{block} * 32);
   }
-  // A group with no block in the tile gets factor 0 (its sums are zero; a chunk whose sums run
+  // A tile with no normal block gets factor 0 (its normal sums are zero; a chunk whose sums run
   // on over its tiles has no high blocks, so every tile of it has normal ones).
-  const bool has_normal = normal.tile_lo <= normal.tile_hi;
-  const bool has_high = apart.tile_lo <= apart.tile_hi;
+  const bool has_normal = normal.tile_lo <= normal.tile_hi, has_high = high_lo <= high_hi;
   if (tile_lead) {
-    s.factors[factor_index] = has_normal ? base_factor(base_normal, job.factor_shift) : 0.0f;
-    if (s.high_factors != nullptr)
-      s.high_factors[factor_index] = has_high ? base_factor(base_high, job.factor_shift) : 0.0f;
+    factor = has_normal ? base_factor(base_normal, job.factor_shift) : 0.0f;
+    high_scales = high_word;
   }
   fold::FoldSummary summary;
   summary.bad = __any_sync(0xFFFFFFFFu, tile_lead && !ok) ? 1u : 0u;
   summary.mixed = uniform ? 0u : 1u;
-  const uint32_t lo = min(has_normal ? base_normal : 0xFFu, has_high ? base_high : 0xFFu);
-  const uint32_t hi = max(has_normal ? base_normal : 0u, has_high ? base_high : 0u);
+  const uint32_t lo = min(has_normal ? base_normal : 0xFFu, has_high ? high_lo : 0xFFu);
+  const uint32_t hi = max(has_normal ? base_normal : 0u, has_high ? high_hi : 0u);
   summary.lo = __reduce_min_sync(0xFFFFFFFFu, tile_lead ? lo : 0xFFu);
   summary.hi = __reduce_max_sync(0xFFFFFFFFu, tile_lead ? hi : 0u);
-  if (lane == 0) s.summaries[chunk * s.rows + row] = summary.word();
+  if (lane == 0) out.summaries[row % 32] = summary.word();
 }
 
 // A CTA of 8 warps: the summary of one 128-row block of A or B, every row's chunks combined, and
@@ -281,12 +309,15 @@ __device__ void summarize_block(const StagedOperand& s, int block, int warp, int
     const int tile = chunk * kChunkTiles + lane;
     const bool high = s.high_masks != nullptr && lane < kChunkTiles && tile < s.k_tiles &&
                       s.high_masks[int64_t{block} * s.k_tiles + tile] != 0;
-    const uint32_t mixed = __reduce_or_sync(0xFFFFFFFFu, rows.mixed | (high ? 1u : 0u));
+    const bool any_high = __any_sync(0xFFFFFFFFu, high);
+    const uint32_t mixed = __reduce_or_sync(0xFFFFFFFFu, rows.mixed | (any_high ? 1u : 0u));
     if (lane == 0) s.chunk_uniform[int64_t{block} * s.chunks + chunk] = mixed ? 0u : 1u;
     summary.add(rows.word());
+    summary.high |= any_high ? 1u : 0u;
   }
   summary.mixed = 0;  // per chunk above
   summary.bad = __reduce_or_sync(0xFFFFFFFFu, summary.bad);
+  summary.high = __reduce_or_sync(0xFFFFFFFFu, summary.high);
   summary.lo = __reduce_min_sync(0xFFFFFFFFu, summary.lo);
   summary.hi = __reduce_max_sync(0xFFFFFFFFu, summary.hi);
   if (lane == 0) words[warp] = summary.word();
@@ -311,64 +342,85 @@ __global__ void __launch_bounds__(256) summarize_kernel(const __grid_constant__ 
   }
 }
 
-// Warp w: the high blocks of one (128-row block, chunk) of A (lane = block of the chunk): a
-// block is high in a K tile when, in some row, its scale lies more than kMaxShift above the
-// tile's smallest — an outlier channel, which puts the same blocks high in every row. Folding them
-// apart keeps such tiles on the int8 path (stage_chunk). NaN scales count as not high (their
-// tiles do not fold anyway).
+// CTA c: the high blocks of one (128-row block, chunk) of A (lane = block of the chunk; warp w
+// takes 16 of the rows): a block is high in a K tile when, in some row, its scale lies more than
+// kMaxShift above the tile's smallest — an outlier channel, which puts the same blocks high in
+// many rows. Keeping them apart keeps such tiles on the int8 path (stage_chunk). NaN scales count
+// as not high (their tiles do not fold anyway).
 __global__ void __launch_bounds__(256)
     high_blocks_kernel(const __grid_constant__ PackedOperand a,
                        const __grid_constant__ StagedOperand s, int blocks) {
-  const int64_t warp = int64_t{blockIdx.x} * 8 + threadIdx.x / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t row_blocks = s.padded_rows / kTileM;
-  if (warp >= row_blocks * s.chunks) return;
-  const int64_t first = warp % row_blocks * kTileM, end = min(s.rows, first + kTileM);
-  const int block = static_cast<int>(warp / row_blocks) * 32 + lane, tile = block / 4;
+  __shared__ uint32_t lanes_high[32];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row_blocks = s.padded_rows / kTileM, row_block = blockIdx.x % row_blocks;
+  const int block = static_cast<int>(blockIdx.x / row_blocks) * 32 + lane, tile = block / 4;
+  if (threadIdx.x < 32) lanes_high[threadIdx.x] = 0;
+  __syncthreads();
+  const int64_t first = row_block * kTileM + warp * (kTileM / 8);
   const uint8_t* scales = a.scale + block;
   uint32_t high = 0;
-#pragma unroll 8
-  for (int64_t row = first; row < end; ++row) {
-    const uint32_t scale = block < blocks ? __ldg(scales + row * a.scale_stride) : 0xFFu;
+#pragma unroll
+  for (int i = 0; i < kTileM / 8; ++i) {
+    const int64_t row = first + i;
+    const uint32_t scale =
+        block < blocks && row < s.rows ? __ldg(scales + row * a.scale_stride) : 0xFFu;
     uint32_t lo = min(scale, __shfl_xor_sync(0xFFFFFFFFu, scale, 1));
     lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, 2));
     high |= scale != 0xFFu && scale > lo + fold::kMaxShift ? 1u : 0u;
   }
-  uint32_t mask = high << (lane % 4);
-  mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, 1);
-  mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, 2);
-  if (lane % 4 == 0 && tile < s.k_tiles)
-    s.high_masks[warp % row_blocks * s.k_tiles + tile] = static_cast<uint8_t>(mask);
+  if (high != 0) atomicOr(&lanes_high[lane], 1u);
+  __syncthreads();
+  if (warp == 0) {
+    uint32_t mask = lanes_high[lane] << (lane % 4);
+    mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, 1);
+    mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, 2);
+    if (lane % 4 == 0 && tile < s.k_tiles)
+      s.high_masks[row_block * s.k_tiles + tile] = static_cast<uint8_t>(mask);
+  }
 }
 
-__global__ void __launch_bounds__(256)
+// A CTA stages 32 rows x one chunk at a time: warp w the rows 4 w .. 4 w + 3, their loads issued
+// together; the factors, high scale words and summaries meet in shared memory and leave in
+// coalesced stores (one 128-byte row of factors per K tile, where each warp would write 4 bytes).
+__global__ void __launch_bounds__(256, 4)
     stage_kernel(const __grid_constant__ StagingJob a, const __grid_constant__ StagingJob b,
                  int blocks) {
-  // Each warp takes kInFlight tasks at a time, their loads issued together.
-  constexpr int kInFlight = 4;
-  const int64_t warps = int64_t{gridDim.x} * 8, tasks = a.tasks + b.tasks;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  for (int64_t task = int64_t{blockIdx.x} * 8 + threadIdx.x / 32; task < tasks;
-       task += kInFlight * warps) {
-    ChunkLoad loaded[kInFlight];
+  constexpr int kRowsPerWarp = 4;
+  __shared__ ChunkOut out;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t groups_a = a.tasks / 32, groups = groups_a + b.tasks / 32;
+  for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
+    const bool is_a = group < groups_a;
+    const StagingJob& job = is_a ? a : b;
+    const int64_t first = (is_a ? group : group - groups_a) * 32;  // its first task
+    ChunkLoad loaded[kRowsPerWarp];
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int64_t t = task + i * warps;
-      if (t < a.tasks) {
-        loaded[i] = load_chunk(a, t, lane, blocks);
-      } else if (t < tasks) {
-        loaded[i] = load_chunk(b, t - a.tasks, lane, blocks);
-      }
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int64_t task = first + kRowsPerWarp * warp + i;
+      loaded[i] =
+          is_a ? load_chunk<true>(a, task, lane, blocks) : load_chunk<false>(b, task, lane, blocks);
     }
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int64_t t = task + i * warps;
-      if (t < a.tasks) {
-        stage_chunk(a, t, lane, blocks, loaded[i]);
-      } else if (t < tasks) {
-        stage_chunk(b, t - a.tasks, lane, blocks, loaded[i]);
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int64_t task = first + kRowsPerWarp * warp + i;
+      if (is_a) {
+        stage_chunk<true>(a, task, lane, blocks, loaded[i], out);
+      } else {
+        stage_chunk<false>(b, task, lane, blocks, loaded[i], out);
       }
     }
+    __syncthreads();
+    // Thread (t, r): K tile t of the chunk, row r of the 32.
+    const StagedOperand& s = job.staged;
+    const int64_t row = first % s.padded_rows + lane;
+    const int chunk = static_cast<int>(first / s.padded_rows), tile = chunk * kChunkTiles + warp;
+    if (tile < s.k_tiles) {
+      const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
+      s.factors[tile * s.padded_rows + slot] = out.factors[warp][lane];
+      if (is_a) s.high_scales[tile * s.padded_rows + slot] = out.high_scales[warp][lane];
+    }
+    if (warp == 0 && row < s.rows) s.summaries[chunk * s.rows + row] = out.summaries[lane];
+    __syncthreads();
   }
 }
 
@@ -377,10 +429,11 @@ __global__ void __launch_bounds__(256)
 // Thread 0 of the producers: the stages of one foldable tile (ring use `use` onwards), each once
 // the consumers have released its slot: A's and B's 128 rows of the step by TMA, their factors by
 // two bulk copies, all completing on the slot's full barrier.
+template <bool kHigh>
 __device__ void produce_stages(const StagedOperand& a, const StagedOperand& b, int64_t m0,
                                int64_t n0, const CUtensorMap* map_a, const CUtensorMap* map_b,
                                uint8_t* smem, Control& ctl, uint32_t& use) {
-  using L = Layout;
+  using L = Layout<kHigh>;
   for (int step = 0; step < a.k_tiles; ++step, ++use) {
     const uint32_t s = use % kStages;
     pipeline::wait(&ctl.empty[s], ((use / kStages) & 1) ^ 1);
@@ -393,13 +446,20 @@ __device__ void produce_stages(const StagedOperand& a, const StagedOperand& b, i
     pipeline::bulk_load(factors, a.factors + step * a.padded_rows + m0, kTileM * 4, &ctl.full[s]);
     pipeline::bulk_load(factors + kTileM, b.factors + step * b.padded_rows + n0, kTileN * 4,
                         &ctl.full[s]);
-    pipeline::bulk_load(factors + kTileM + kTileN, a.high_factors + step * a.padded_rows + m0,
-                        kTileM * 4, &ctl.full[s]);
+    if constexpr (kHigh)
+      pipeline::bulk_load(factors + kTileM + kTileN, a.high_scales + step * a.padded_rows + m0,
+                          kTileM * 4, &ctl.full[s]);
   }
 }
 
+// Whether the kHigh variant of the kernel takes the tile at row m0 (its A rows have high blocks).
+__device__ __forceinline__ bool has_high_blocks(const StagedOperand& a, int64_t m0) {
+  return fold::FoldSummary::has_high(a.blocks[m0 / kTileM]);
+}
+
 // The producer (thread 0 of the first warpgroup; the others only hand their registers over): the
-// stages of each foldable tile.
+// stages of each foldable tile of this variant.
+template <bool kHigh>
 __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, const StagedOperand& b,
                               fold::StagedVerdicts verdicts, const CUtensorMap* map_a,
                               const CUtensorMap* map_b, uint8_t* smem, Control& ctl) {
@@ -408,7 +468,8 @@ __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, cons
   for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
-    if (verdicts.folds(m0, n0)) produce_stages(a, b, m0, n0, map_a, map_b, smem, ctl, use);
+    if (verdicts.folds(m0, n0) && has_high_blocks(a, m0) == kHigh)
+      produce_stages<kHigh>(a, b, m0, n0, map_a, map_b, smem, ctl, use);
   }
 }
 
@@ -417,10 +478,8 @@ __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, cons
 // fp32's normal range), the add rounds once. The int32 -> fp32 conversion (exact: |sum| < 2^24)
 // is __int2float_rn, one I2FP.F32.S32 on sm_90 (not the quarter-rate I2F that
 // fold::tile_sum_to_float avoids with two instructions): 3 instructions per accumulator.
-__device__ __forceinline__ void promote(float (&acc)[Layout::kAcc],
-                                        const int32_t (&sum)[Layout::kAcc], const float* a_factors,
-                                        const float* b_factors, int a_row) {
-  const float fa0 = a_factors[a_row], fa1 = a_factors[a_row + 8];
+__device__ __forceinline__ void promote(float (&acc)[kAcc], const int32_t (&sum)[kAcc], float fa0,
+                                        float fa1, const float* b_factors) {
   // B's factors of columns 8 j + 2 q + {0, 1}, j = 0..15: 32 consecutive floats (factor_slot).
   const float4* fb4 = reinterpret_cast<const float4*>(b_factors + 32 * (threadIdx.x % 4));
 #pragma unroll
@@ -440,42 +499,52 @@ __device__ __forceinline__ void promote(float (&acc)[Layout::kAcc],
 
 // A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile). Tiles that do not fold are left
 // to the bf16 family's launch that follows (exact_here false) or run the generic exact tile code.
+template <bool kHigh>
 __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, const StagedOperand& b,
                               fold::StagedVerdicts verdicts, bool exact_here, uint8_t* smem,
                               Control& ctl, int wg) {
-  using L = Layout;
+  using L = Layout<kHigh>;
   const int thread = threadIdx.x % kWarpgroup;
   auto* generic_tiles = reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset);
   const float* all_factors = reinterpret_cast<const float*>(smem + L::kFactorOffset);
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int acc_row = 64 * wg + 16 * warp + g;  // this thread's first accumulator row in the tile
   uint32_t use = 0;
-  float acc[L::kAcc];
-  int32_t sums[L::kAcc];
+  float acc[kAcc];
+  int32_t sums[kAcc];
   for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     const int64_t rows0 = m0 + 64 * wg;
     if (!verdicts.folds(m0, n0)) {
-      if (exact_here) persistent::exact_rows<kTileN>(p, rows0, n0, thread, generic_tiles, wg);
+      // The tiles that do not fold: here in the plain variant only.
+      if (exact_here && !kHigh)
+        persistent::exact_rows<kTileN>(p, rows0, n0, thread, generic_tiles, wg);
       continue;
     }
+    if (has_high_blocks(a, m0) != kHigh) continue;
 
 #pragma unroll
-    for (int i = 0; i < L::kAcc; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     // Chunks of 8 K tiles: where every A row and every B row of the tile folded the chunk to one
     // base (factors constant over it), the int32 sums run on over the chunk's steps and are
     // promoted once (|sum| <= 1024 * 96 * 96 < 2^24: still exact as fp32); elsewhere per step.
-    const uint32_t* uniform_a = a.chunk_uniform + m0 / kTileM * a.chunks;
-    const uint32_t* uniform_b = b.chunk_uniform + n0 / kTileN * b.chunks;
-    uint32_t uniform_next = __ldg(uniform_a) & __ldg(uniform_b);
-    // A's high-block masks of this tile's rows, one per step.
-    const uint8_t* high_masks = a.high_masks + m0 / kTileM * a.k_tiles;
+    // (Pointers and descriptors below are recomputed where used: registers are short.)
+    const auto chunk_uniform = [&](int chunk) {
+      return __ldg(a.chunk_uniform + m0 / kTileM * a.chunks + chunk) &
+             __ldg(b.chunk_uniform + n0 / kTileN * b.chunks + chunk);
+    };
+    uint32_t uniform_next = chunk_uniform(0);
+    // A's high-block mask of this tile's rows at K tile `step`.
+    const auto high_mask = [&](int step) {
+      return static_cast<uint32_t>(__ldg(a.high_masks + m0 / kTileM * a.k_tiles + step));
+    };
     // Issues the 4 MMAs of stage s, the blocks outside `mask` (bit j: the K tile's block j) on
     // zero A rows: the chain starts from zero unless `carry` (the chunk's sums so far run on).
     // (Every MMA is issued: ptxas serialises wgmma issued under a branch.)
-    const uint64_t zero_desc = wgmma::descriptor(wgmma::shared_address(smem + L::kZeroOffset));
     const auto issue = [&](uint32_t s, uint32_t mask, bool carry) {
+      const uint64_t zero_desc =
+          kHigh ? wgmma::descriptor(wgmma::shared_address(smem + L::kZeroOffset)) : 0;
       // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
       // addresses stay below 2^18, so the 14-bit field never carries).
       const uint64_t a_desc =
@@ -484,15 +553,24 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        wgmma::mma_s8_m64n128k32(sums, ((mask >> kk) & 1u ? a_desc : zero_desc) + 32 * kk / 16,
-                                 b_desc + 32 * kk / 16, kk > 0 || carry);
+        wgmma::mma_s8_m64n128k32(
+            sums, (!kHigh || ((mask >> kk) & 1u) ? a_desc : zero_desc) + 32 * kk / 16,
+            b_desc + 32 * kk / 16, kk > 0 || carry);
+      wgmma::commit();
+    };
+    // Issues the one MMA of stage s's block j (a chain of its own, from zero).
+    const auto issue_block = [&](uint32_t s, int j) {
+      const uint64_t a_desc =
+          wgmma::descriptor(wgmma::shared_address(smem + s * L::kStageBytes)) + wg * 64 * 128 / 16;
+      const uint64_t b_desc = a_desc - wg * 64 * 128 / 16 + L::kOperandBytes / 16;
+      wgmma::fence();
+      wgmma::mma_s8_m64n128k32(sums, a_desc + 2 * j, b_desc + 2 * j, false);
       wgmma::commit();
     };
     const auto stage_factors = [&](uint32_t s) { return all_factors + s * L::kFactorFloats; };
     for (int chunk = 0, step = 0; chunk < a.chunks; ++chunk) {
       const bool uniform = uniform_next != 0;
-      if (chunk + 1 < a.chunks)
-        uniform_next = __ldg(uniform_a + chunk + 1) & __ldg(uniform_b + chunk + 1);
+      if (chunk + 1 < a.chunks) uniform_next = chunk_uniform(chunk + 1);
       const int chunk_end = min(step + kChunkTiles, a.k_tiles);
       if (uniform && chunk_end - step == kChunkTiles) {
         // A whole chunk on one base (and no high blocks): its 8 steps' MMAs chain in int32 with
@@ -513,29 +591,38 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
         }
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
-        promote(acc, sums, stage_factors(previous), stage_factors(previous) + kTileM, acc_row);
+        const float* f = stage_factors(previous);
+        promote(acc, sums, f[acc_row], f[acc_row + 8], f + kTileM);
         pipeline::arrive(&ctl.empty[previous]);
         step += kChunkTiles, use += kChunkTiles;
         continue;
       }
       // Otherwise step by step: the normal blocks' sums promoted after each step (or at the end
-      // of a short uniform chunk), then the high blocks' (their own chain and factors).
+      // of a short uniform chunk), then each high block's (one MMA, its own scale).
       const int chunk_first = step;
-      uint32_t high_next = __ldg(high_masks + step);
+      uint32_t high_next = kHigh ? high_mask(step) : 0u;
       for (; step < chunk_end; ++step, ++use) {
         const uint32_t s = use % kStages, high = high_next;
-        if (step + 1 < chunk_end) high_next = __ldg(high_masks + step + 1);
+        if (kHigh && step + 1 < chunk_end) high_next = high_mask(step + 1);
         const float* f = stage_factors(s);
         pipeline::wait(&ctl.full[s], (use / kStages) & 1);
         issue(s, 0xFu & ~high, uniform && step > chunk_first);
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
-        if (!uniform || step + 1 == chunk_end) promote(acc, sums, f, f + kTileM, acc_row);
-        if (high != 0) {
-          issue(s, high, false);
-          wgmma::wait<0>();
-          wgmma::fence_operands(sums);
-          promote(acc, sums, f + kTileM + kTileN, f + kTileM, acc_row);
+        if (!uniform || step + 1 == chunk_end)
+          promote(acc, sums, f[acc_row], f[acc_row + 8], f + kTileM);
+        if (kHigh && high != 0) {
+          const uint32_t* scales = reinterpret_cast<const uint32_t*>(f + kTileM + kTileN);
+          const uint32_t scales0 = scales[acc_row], scales1 = scales[acc_row + 8];
+          for (int j = 0; j < 4; ++j) {
+            if (((high >> j) & 1u) == 0) continue;
+            issue_block(s, j);
+            wgmma::wait<0>();
+            wgmma::fence_operands(sums);
+            // 2^(scale - 127): the scale byte into fp32's exponent field.
+            promote(acc, sums, __uint_as_float(((scales0 >> (8 * j)) & 0xFFu) << 23),
+                    __uint_as_float(((scales1 >> (8 * j)) & 0xFFu) << 23), f + kTileM);
+          }
         }
         pipeline::arrive(&ctl.empty[s]);  // its MMAs and factors are done
       }
@@ -562,13 +649,26 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
   }
 }
 
+// Two variants run one after the other: the plain one takes the foldable tiles whose A rows have
+// no high blocks (and, with exact_here, the tiles that do not fold), the kHigh one the others
+// (its CTAs return at once when A has none: the common case pays nothing for it).
+template <bool kHigh>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_int8_kernel(const __grid_constant__ GemmProblem p, const __grid_constant__ StagedOperand a,
                      const __grid_constant__ StagedOperand b,
                      const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b, int exact_here) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using L = Layout;
+  using L = Layout<kHigh>;
+  if constexpr (kHigh) {
+    // Return at once unless some 128-row block of A has high blocks (warp 0 looks).
+    bool any = false;
+    if (threadIdx.x < 32) {
+      for (int64_t block = threadIdx.x; block < a.padded_rows / kTileM; block += 32)
+        any = any || fold::FoldSummary::has_high(a.blocks[block]);
+    }
+    if (!__syncthreads_or(any ? 1 : 0)) return;
+  }
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
                                                      // 1024-aligned
   Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);
@@ -581,17 +681,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     pipeline::prefetch_map(&map_a);
     pipeline::prefetch_map(&map_b);
   }
-  for (int i = static_cast<int>(threadIdx.x); i < L::kZeroBytes / 16; i += kThreads)
-    reinterpret_cast<uint4*>(smem + L::kZeroOffset)[i] = make_uint4(0, 0, 0, 0);
-  wgmma::fence_shared_for_async();  // the MMAs read the zeros through the async proxy
+  if constexpr (kHigh) {
+    for (int i = static_cast<int>(threadIdx.x); i < L::kZeroBytes / 16; i += kThreads)
+      reinterpret_cast<uint4*>(smem + L::kZeroOffset)[i] = make_uint4(0, 0, 0, 0);
+    wgmma::fence_shared_for_async();  // the MMAs read the zeros through the async proxy
+  }
   __syncthreads();
   const fold::StagedVerdicts verdicts{a.blocks, b.blocks};
   if (threadIdx.x < kWarpgroup) {
     pipeline::shrink_registers<kProducerRegisters>();
-    produce_tiles(p, a, b, verdicts, &map_a, &map_b, smem, ctl);
+    produce_tiles<kHigh>(p, a, b, verdicts, &map_a, &map_b, smem, ctl);
   } else {
     pipeline::grow_registers<kConsumerRegisters>();
-    consume_tiles(p, a, b, verdicts, exact_here != 0, smem, ctl, threadIdx.x / kWarpgroup - 1);
+    consume_tiles<kHigh>(p, a, b, verdicts, exact_here != 0, smem, ctl,
+                         threadIdx.x / kWarpgroup - 1);
   }
 #else
   (void)p, (void)a, (void)b, (void)map_a, (void)map_b, (void)exact_here;
@@ -607,7 +710,7 @@ StagedOperand staged_operand(uint8_t* base, const StagedOperandLayout& l) {
                        reinterpret_cast<uint32_t*>(base + l.block_summaries),
                        reinterpret_cast<uint32_t*>(base + l.chunk_uniform),
                        l.high_masks ? base + l.high_masks : nullptr,
-                       l.high_factors ? reinterpret_cast<float*>(base + l.high_factors) : nullptr,
+                       l.high_scales ? reinterpret_cast<uint32_t*>(base + l.high_scales) : nullptr,
                        l.rows,
                        l.padded_rows,
                        l.padded_k,
@@ -641,22 +744,19 @@ std::string gemm_int8_why_not(const GemmProblem& p) {
 
 void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   DeviceGuard guard(p.device.ordinal);
-  using L = Layout;
-  static_assert(L::kBytes <= 227 * 1024);
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const StagingWorkspace w(p.m, p.n, p.k);
   auto* base = static_cast<uint8_t*>(p.workspace);
   const StagedOperand a = staged_operand(base, w.a), b = staged_operand(base + w.b_offset, w.b);
   // A's high blocks first: the staging pass folds them apart.
-  const int64_t mask_warps = a.padded_rows / kTileM * a.chunks;
-  high_blocks_kernel<<<static_cast<unsigned>((mask_warps + 7) / 8), 256, 0, stream>>>(
+  high_blocks_kernel<<<static_cast<unsigned>(a.padded_rows / kTileM * a.chunks), 256, 0, stream>>>(
       p.a, a, static_cast<int>(p.k / 32));
   check_launch("high_blocks_kernel");
   const StagingJob job_a{p.a, a, 0, false, a.padded_rows * a.chunks};
   const StagingJob job_b{p.b, b, 2, true, b.padded_rows * b.chunks};
-  // Enough resident warps to keep the loads in flight; each loops over (row, chunk) tasks.
-  const int64_t ctas = std::min<int64_t>((job_a.tasks + job_b.tasks + 7) / 8,
-                                         int64_t{device_info(p.device.ordinal).sm_count} * 8);
+  // Enough resident CTAs to keep the loads in flight; each loops over groups of 32 tasks.
+  const int64_t ctas = std::min<int64_t>((job_a.tasks + job_b.tasks) / 32,
+                                         int64_t{device_info(p.device.ordinal).sm_count} * 4);
   stage_kernel<<<static_cast<unsigned>(ctas), 256, 0, stream>>>(job_a, job_b,
                                                                 static_cast<int>(p.k / 32));
   check_launch("stage_kernel");
@@ -664,18 +764,22 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   summarize_kernel<<<static_cast<unsigned>(row_blocks), 256, 0, stream>>>(a, b);
   check_launch("summarize_kernel");
 
-  check_cuda(cudaFuncSetAttribute(gemm_int8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(L::kBytes)),
-             "cudaFuncSetAttribute(gemm_int8_kernel)");
   const CUtensorMap map_a = staged_map(a), map_b = staged_map(b);
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
   // Tiles that do not fold go to the bf16 family where it applies (exact, ~300 TFLOP/s), else to
-  // the generic exact tile code inside this kernel (~30 TFLOP/s).
+  // the generic exact tile code inside the plain variant (~30 TFLOP/s).
   const bool bf16_takes_the_rest = gemm_bf16_why_not(p).empty();
-  gemm_int8_kernel<<<static_cast<unsigned>(grid), kThreads, L::kBytes, stream>>>(
-      p, a, b, map_a, map_b, bf16_takes_the_rest ? 0 : 1);
-  check_launch("gemm_int8_kernel");
+  const auto launch = [&](auto kernel, size_t bytes, const char* what) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)),
+               what);
+    kernel<<<static_cast<unsigned>(grid), kThreads, bytes, stream>>>(p, a, b, map_a, map_b,
+                                                                     bf16_takes_the_rest ? 0 : 1);
+    check_launch(what);
+  };
+  launch(gemm_int8_kernel<false>, Layout<false>::kBytes, "gemm_int8_kernel");
+  launch(gemm_int8_kernel<true>, Layout<true>::kBytes, "gemm_int8_kernel (high blocks)");
   if (bf16_takes_the_rest) gemm_bf16_unfolded_tiles(p, fold::StagedVerdicts{a.blocks, b.blocks});
 }
 

@@ -62,22 +62,24 @@ struct FoldedRow {
 }
 
 // What a set of (row, 128-K tile)s folded to: whether any does not fold, whether any chunk of
-// them did not fold to one base (mixed; the int8 family's chunks of 8 tiles), the smallest and the
-// largest base; stored as one word (bit 17 mixed, bit 16 bad, bits 15..8 the largest, 7..0 the
-// smallest) per (chunk, row) and per 128 rows in the int8 family's workspace (gemm_int8.cu).
+// them did not fold to one base (mixed; the int8 family's chunks of 8 tiles), whether any tile
+// has high blocks (kept apart on their own scales), the smallest and the largest base; stored as
+// one word (bit 18 high, bit 17 mixed, bit 16 bad, bits 15..8 the largest, 7..0 the smallest) per
+// (chunk, row) and per 128 rows in the int8 family's workspace (gemm_int8.cu).
 struct FoldSummary {
-  uint32_t bad = 0, mixed = 0, lo = 0xFFu, hi = 0u;
+  uint32_t bad = 0, mixed = 0, high = 0, lo = 0xFFu, hi = 0u;
   __device__ __forceinline__ void add(const FoldedRow& f) {
     bad |= f.ok ? 0u : 1u;
     lo = min(lo, f.base), hi = max(hi, f.base);
   }
   __device__ __forceinline__ void add(uint32_t word) {
-    bad |= (word >> 16) & 1u, mixed |= word >> 17;
+    bad |= (word >> 16) & 1u, mixed |= (word >> 17) & 1u, high |= has_high(word) ? 1u : 0u;
     lo = min(lo, word & 0xFFu), hi = max(hi, (word >> 8) & 0xFFu);
   }
   __device__ __forceinline__ uint32_t word() const {
-    return mixed << 17 | bad << 16 | hi << 8 | lo;
+    return high << 18 | mixed << 17 | bad << 16 | hi << 8 | lo;
   }
+  static __device__ __forceinline__ bool has_high(uint32_t word) { return (word >> 18) & 1u; }
 };
 
 // A 128 x 128 tile of D takes the int8 family's folded path when neither its A rows nor its B rows
@@ -91,6 +93,20 @@ struct StagedVerdicts {
     FoldSummary a, b;
     a.add(a_blocks[m0 / 128]), b.add(b_blocks[n0 / 128]);
     return (a.bad | b.bad) == 0 && fp32_accumulation_safe(a.lo, a.hi, b.lo, b.hi);
+  }
+  // Whether some 128 x 128 tile of an m x n D may not fold (one warp calls it; every lane gets
+  // the answer): the blocks' summaries combined — no block with a tile that does not fold and
+  // fp32's range holding for the extreme bases of A and of B mean every tile folds.
+  __device__ __forceinline__ bool any_unfolded(int64_t m, int64_t n) const {
+    const unsigned lane = threadIdx.x % 32;
+    FoldSummary a, b;
+    for (int64_t i = lane; i < (m + 127) / 128; i += 32) a.add(a_blocks[i]);
+    for (int64_t i = lane; i < (n + 127) / 128; i += 32) b.add(b_blocks[i]);
+    const uint32_t bad = __reduce_or_sync(0xFFFFFFFFu, a.bad | b.bad);
+    return bad != 0 || !fp32_accumulation_safe(__reduce_min_sync(0xFFFFFFFFu, a.lo),
+                                               __reduce_max_sync(0xFFFFFFFFu, a.hi),
+                                               __reduce_min_sync(0xFFFFFFFFu, b.lo),
+                                               __reduce_max_sync(0xFFFFFFFFu, b.hi));
   }
 };
 
