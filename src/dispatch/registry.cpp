@@ -71,17 +71,17 @@ constexpr std::array kGemmKernels = {
     // The int8 wgmma family (exact: folded int8 tile sums, fp32 promotion per 1024-K chunk or per
     // 128-K tile) stages A and B as folded int8 in the context's workspace, so it applies only
     // where one is set; the 128 x 128 tiles whose scales do not fold (a row's 128-K tile spreading
-    // over more than 3 binades, NaN, E8M0 extremes) go to a bf16-family launch in the same call
-    // (exact, at that family's 128 x 128 rate). H200 (bench/RESULTS.md): where scales fold, 1.4-3x
-    // the bf16 family from M = 256 (1.3-1.6x cuBLAS bf16 at M >= 4096); where no tile folds
-    // (activations with outlier channels), 0.75-0.95x. So the heuristic takes it from M = 256
-    // (speed 26 against the bf16 kernels' 16 and 14); below, by name or tuned entry.
+    // over more than 4 binades outside its high blocks, NaN, E8M0 extremes) go to a bf16-family
+    // launch in the same call (exact, at that family's 128 x 128 rate). H200 (bench/RESULTS.md):
+    // where scales fold, 1.4-3.5x the bf16 family from M = 128 (1.3-1.7x cuBLAS bf16 at M >= 4096);
+    // with activation outlier channels 1.3-1.5x; where no tile folds, 0.75-0.95x. So the heuristic
+    // takes it wherever it applies (speed 26 against the bf16 kernels' 16 and 14).
     GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
                false, false, 65, 0, 26.0,
                "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
                "(data 16-byte, scales 4-byte aligned); a context workspace of "
                "a4w4_gemm_workspace_size bytes; K % 32 == 0; M, N, K < 2^31",
-               cuda::gemm_int8_why_not, cuda::gemm_int8_128x128, 0.0, 256},
+               cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},
     GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_GENERIC, 64, 64, 32, 0, false,
                false, 1, 0, 1.0, "sm_80 or newer; M up to 65535 * 64", cuda::gemm_generic_why_not,
                cuda::gemm_generic},
