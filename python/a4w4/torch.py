@@ -106,7 +106,9 @@ class MXFP4Linear(torch.nn.Module):
     kept as packed E2M1 + E8M0 buffers; on CUDA it is also prepared for the decode kernels
     (``prepare``, default: when the weight is on a CUDA device). Each forward quantizes the
     activations [..., in_features] (float32/bfloat16/float16) and returns the input's dtype.
-    in_features must be a multiple of 32. Inference only.
+    in_features must be a multiple of 32. Inference only. It runs on ``a4w4.default_context()``: a
+    workspace set there (``Context.set_workspace``) lets large batches take the staged int8
+    kernel.
     """
 
     def __init__(
