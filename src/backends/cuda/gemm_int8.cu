@@ -4,41 +4,40 @@
 //
 // int8 wgmma sums exactly in int32 (docs/cuda-backend.md, "What Hopper's wgmma accumulation
 // keeps"), so a whole K tile of 128 (4 blocks of 32) is one chain of MMAs once the block scales are
-// folded into the operands (int8_fold.cuh): each row's blocks of a K tile are shifted by
-// d = scale - base (base: the row's smallest scale in the tile), d in [0, 3], so every operand is
-// an integer |2 * E2M1 * 2^d| <= 96 and the tile sum |sum| <= 128 * 96 * 96 < 2^21 is exact. The
-// consumers promote each tile's int32 sums once to fp32: acc += sum * 2^(baseA - 127) *
-// 2^(baseB - 129) (per accumulator row and column), where the product of the factors and the term
-// are exact powers-of-two scalings in fp32's normal range, so the fp32 add is the only rounding.
-// Where every row of a 128-row block of A and of B spreads over at most 4 binades in a whole chunk
-// of 8 K tiles (typical data), the staging pass folds the chunk to one base per row, and the
-// consumers let the int32 sums run over the chunk and promote once per 1024 K (|sum| <= 1024 * 96 *
-// 96 < 2^24, still exact in fp32): the promotion, the kernel's largest cost after the MMAs, runs
-// 8 times less often.
+// folded into the operands (int8_fold.cuh): each row's blocks are shifted by d = scale - base,
+// d in [0, 3], so every operand is an integer |2 * E2M1 * 2^d| <= 96. The consumers promote the
+// int32 sums to fp32: acc += sum * 2^(baseA - 127) * 2^(baseB - 129) (per accumulator row and
+// column), exact powers-of-two scalings in fp32's normal range, so the fp32 add is the only
+// rounding. The base is per (row, chunk of 8 K tiles) where the row's blocks of the whole chunk
+// lie within 4 binades (typical data), and the int32 chain then runs over the chunk and is promoted
+// once per 1024 K (|sum| <= 1024 * 96 * 96 < 2^24, still exact): the promotion, the largest cost
+// after the MMAs, runs 8 times less often. Elsewhere the base is per (row, K tile), promoted per
+// step. A's high blocks (outlier channels: a block more than 3 binades above its tile's smallest in
+// some row) stay unshifted on their own scales, each one more MMA and promotion per step.
 //
 // Why a staging pass: converting E2M1 inside the GEMM costs ~1.4 integer instructions per value,
 // and a 128 x 128 tile converts every A row N / 128 times and every B row M / 128 times, which kept
 // the in-kernel design integer-bound at ~320 TOP/s. Staging converts each value once, into the
 // caller's workspace (a4w4_context_set_workspace; layout in dispatch/workspace.h):
-// - stage_kernel: a warp takes 32 rows x 8 K tiles of A or B (lane = row), writes each tile folded
-//   as 128 int8 (to the chunk's base when the row's 8 tiles allow one), its factor 2^(base - 127)
-//   (A) or 2^(base - 129) (B) in [tile][row] order (one bulk copy per step later), and a summary of
-//   its 8 tiles (any tile not folding, one base or not, smallest and largest base) per (chunk,
-//   row).
-// - summarize_kernel: the summaries per 128-row block, and per (block, chunk) whether every row
-//   folded the chunk to one base.
-// - gemm_int8_kernel: one CTA per SM loops over 128 x 128 tiles of D. The producer warpgroup
-//   reduces the summaries of the tile's rows to a verdict (every (row, K tile) folds, fp32's range
-//   holds); then its thread 0 fills a ring of stages by TMA (A's and B's 128 rows x 128 int8,
-//   128-byte swizzled, and the step's 2 x 128 factors). Two consumer warpgroups (64 rows each)
-//   issue 4 wgmma m64n128k32 s8.s8 -> s32 per step (the chain starts from zero, or continues over a
-//   chunk folded to one base), wait, promote the sums into fp32 accumulators (per step, or at the
-//   end of such a chunk) and release the stage; while one promotes, the other's MMAs keep the
-//   tensor cores busy.
-// A tile whose verdict fails (a row's K tile spreading over more than 3 binades, a NaN scale,
-// exponents outside fp32's safe range) runs the generic kernel's exact tile code
-// (generic_tile.cuh) on the original operands instead: exact in-block sums, double accumulation,
-// NaN propagated. Rows past M or N are never stored (TMA zero-fills them; their factors are 1).
+// - high_blocks_kernel: A's high-block masks per (128 rows, K tile).
+// - stage_kernel: a CTA takes 32 rows x one chunk of A or B (warp = row, lane = block), writes each
+//   block folded as 32 int8, per (K tile, row) its factor 2^(base - 127) (A) or 2^(base - 129) (B)
+//   and A's high scales in [tile][row] order (one bulk copy per step later), and a summary per
+//   (chunk, row): any tile not folding, one base or not, smallest and largest base.
+// - summarize_kernel: the summaries per 128 rows (and whether A's rows have high blocks), and per
+//   (128 rows, chunk) whether every row folded the chunk to one base with no high blocks.
+// - gemm_int8_kernel, two variants (the second only for tiles whose A rows have high blocks): one
+//   CTA per SM loops over 128 x 128 tiles of D whose verdict holds (every (row, K tile) folds,
+//   fp32's range holds); the producer thread fills a ring of stages by TMA (A's and B's 128 rows x
+//   128 int8, 128-byte swizzled) and bulk copies (the step's factors); two consumer warpgroups (64
+//   rows each) issue 4 wgmma m64n128k32 s8.s8 -> s32 per step, promote and release the stage; while
+//   one promotes, the other's MMAs keep the tensor cores busy.
+// A tile whose verdict fails (a row's normal blocks of a K tile spreading over more than 4
+// binades, a NaN scale, exponents outside fp32's safe range) runs on a bf16-family launch over
+// exactly those tiles (gemm_bf16_unfolded_tiles), or where that family cannot run the problem on
+// the generic kernel's exact tile code (generic_tile.cuh) here: exact in-block sums, double
+// accumulation, NaN propagated. Rows past M or N are never stored (TMA zero-fills them; their
+// factors are 1).
 #include <cuda.h>
 
 #include <algorithm>
