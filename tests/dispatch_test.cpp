@@ -368,35 +368,6 @@ TEST(Heuristic, RanksByTheSpeedOnBsLayout) {
       a4w4::heuristic_score(kFamilies[0], problem(8, 8192, 8192, 0, a4w4_cuda(0)), 0, 132));
 }
 
-TEST(Heuristic, LeavesAKernelToNamesBelowItsHeuristicMinimumM) {
-  // t.staged is faster but pays a fixed cost (heuristic_min_m 1024): the heuristic takes t.plain
-  // below M = 1024 and t.staged from there; a name reaches t.staged at any M from its min_m.
-  constexpr GemmKernel kStaging[] = {
-      {"t.plain", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 128, 64, 1, false, false, 65, 0,
-       16.0, "", applies, no_run},
-      {"t.staged", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1, false, false, 65, 0,
-       26.0, "", applies, no_run, 0.0, 1024},
-  };
-  const DeviceKey device{"test gpu", 132};
-  for (int64_t m : {65, 256, 1023})
-    EXPECT_STREQ(a4w4::heuristic_choice(problem(m, 8192, 8192, 0, a4w4_cuda(0)), A4W4_BACKEND_CUDA,
-                                        kStaging, 132)
-                     .kernel->name,
-                 "t.plain")
-        << m;
-  for (int64_t m : {1024, 8192})
-    EXPECT_STREQ(a4w4::heuristic_choice(problem(m, 8192, 8192, 0, a4w4_cuda(0)), A4W4_BACKEND_CUDA,
-                                        kStaging, 132)
-                     .kernel->name,
-                 "t.staged")
-        << m;
-  const GemmChoice named =
-      a4w4::choose_gemm_kernel(problem(256, 8192, 8192, 0, a4w4_cuda(0)), A4W4_BACKEND_CUDA,
-                               "t.staged", nullptr, device, 132, kStaging);
-  EXPECT_STREQ(named.kernel->name, "t.staged");
-  EXPECT_EQ(named.source, A4W4_CHOICE_EXPLICIT);
-}
-
 TEST(Heuristic, SplitsTallKSmallMnToFillAWave) {
   const GemmKernel& fp8 = kFamilies[1];
   // 1 x 2 tiles on 132 SMs, 256 K blocks: split up to the kernel's limit of 16.

@@ -65,7 +65,7 @@ GemmChoice heuristic_choice(const GemmProblem& problem, a4w4_backend backend,
   GemmChoice best;
   double best_score = -1.0;
   for (const GemmKernel& kernel : kernels) {
-    if (kernel.backend != backend || problem.m < kernel.heuristic_min_m) continue;
+    if (kernel.backend != backend) continue;
     const int split =
         problem.split_k > 0 ? problem.split_k : heuristic_split(kernel, problem, sm_count);
     if (!kernel_why_not(kernel, with_split(problem, split), backend).empty()) continue;

@@ -34,10 +34,6 @@ struct GemmKernel {
   // `speed` on a prepared B, for kernels whose main loop runs at another speed on one (0: the
   // same as `speed`, which is then the speed on a plain B).
   double prepared_b_speed = 0.0;
-  // The smallest M the heuristic considers it for (0: min_m); below it the kernel runs only when
-  // named or tuned. For kernels whose fixed costs (a staging pass) outweigh their faster main loop
-  // on small problems.
-  int64_t heuristic_min_m = 0;
 };
 
 std::span<const GemmKernel> gemm_kernels();
