@@ -385,6 +385,7 @@ __global__ void __launch_bounds__(256, 4)
     stage_kernel(const __grid_constant__ StagingJob a, const __grid_constant__ StagingJob b,
                  int blocks) {
   constexpr int kRowsPerWarp = 4;
+  static_assert(kRowsPerWarp * 8 == 32, "8 warps of 256 threads take the group's 32 rows");
   __shared__ ChunkOut out;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t groups_a = a.tasks / 32, groups = groups_a + b.tasks / 32;
