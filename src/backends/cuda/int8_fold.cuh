@@ -28,19 +28,14 @@ struct FoldedRow {
   uint32_t base, shifts;
   bool ok;
 };
-// The same relative to a given base, at most the smallest of the 4 scales (a smaller base than the
-// tile's own serves a chunk of tiles folded to one base: gemm_int8.cu).
-[[maybe_unused]] __device__ __forceinline__ FoldedRow fold_row_at(uint32_t scales, uint32_t base) {
-  FoldedRow row;
-  row.base = base;
-  row.shifts = scales - base * 0x01010101u;  // no borrows: every byte >= base
-  row.ok = (row.shifts & 0xFCFCFCFCu) == 0 && base <= 0xFFu - 1 - kMaxShift;
-  return row;
-}
 [[maybe_unused]] __device__ __forceinline__ FoldedRow fold_row(uint32_t scales) {
   const uint32_t s0 = scales & 0xFFu, s1 = (scales >> 8) & 0xFFu, s2 = (scales >> 16) & 0xFFu,
                  s3 = scales >> 24;
-  return fold_row_at(scales, min(min(s0, s1), min(s2, s3)));
+  FoldedRow row;
+  row.base = min(min(s0, s1), min(s2, s3));
+  row.shifts = scales - row.base * 0x01010101u;  // no borrows: every byte >= base
+  row.ok = (row.shifts & 0xFCFCFCFCu) == 0 && row.base <= 0xFFu - 1 - kMaxShift;
+  return row;
 }
 
 // An int32 tile sum (or the sum of two) as fp32 without the quarter-rate I2F: |x| < 2^22 (a tile
@@ -68,10 +63,6 @@ struct FoldedRow {
 // (chunk, row) and per 128 rows in the int8 family's workspace (gemm_int8.cu).
 struct FoldSummary {
   uint32_t bad = 0, mixed = 0, high = 0, lo = 0xFFu, hi = 0u;
-  __device__ __forceinline__ void add(const FoldedRow& f) {
-    bad |= f.ok ? 0u : 1u;
-    lo = min(lo, f.base), hi = max(hi, f.base);
-  }
   __device__ __forceinline__ void add(uint32_t word) {
     bad |= (word >> 16) & 1u, mixed |= (word >> 17) & 1u, high |= has_high(word) ? 1u : 0u;
     lo = min(lo, word & 0xFFu), hi = max(hi, (word >> 8) & 0xFFu);
