@@ -628,20 +628,6 @@ CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box
   return tma::packed_map(op, rows, k, 32, box_rows, "cuda.bf16");
 }
 
-// A prepared B (numerics/weight_layout.h) as a 3D tensor of 32-bit words: 256 words (one 16 x 128
-// tile), K tiles, 16-row groups; a box is one K tile of `box_rows` / 16 groups. Groups past the end
-// (rows past N rounded up to 16) read as zeros.
-CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k, int box_rows) {
-  const int64_t k_tiles = layout::k_tiles(k);
-  const cuuint64_t dims[3] = {layout::kTileBytes / 4, static_cast<cuuint64_t>(k_tiles),
-                              static_cast<cuuint64_t>(layout::row_groups(rows))};
-  const cuuint64_t strides[2] = {layout::kTileBytes,
-                                 static_cast<cuuint64_t>(k_tiles * layout::kTileBytes)};
-  const cuuint32_t box[3] = {layout::kTileBytes / 4, 1, static_cast<cuuint32_t>(box_rows / 16)};
-  return tma::tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, op.data, dims, strides, box,
-                         "cuda.bf16");
-}
-
 template <int kTileN>
 void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, nullptr}) {
   using L = Layout<kTileN>;
@@ -652,7 +638,7 @@ void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, n
       "cudaFuncSetAttribute(gemm_bf16_kernel)");
   const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM / 2);  // per consumer warpgroup
   const CUtensorMap map_b = p.b.layout == A4W4_LAYOUT_PLAIN ? packed_map(p.b, p.n, p.k, kTileN)
-                                                            : prepared_map(p.b, p.n, p.k, kTileN);
+                                                            : tma::prepared_map(p.b, p.n, p.k, kTileN, "cuda.bf16");
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
   gemm_bf16_kernel<kTileN>

@@ -20,8 +20,9 @@
 // the in-kernel design integer-bound at ~320 TOP/s. Staging converts each value once, into the
 // caller's workspace (a4w4_context_set_workspace; layout in dispatch/workspace.h):
 // - high_blocks_kernel: A's high-block masks per (128 rows, K tile).
-// - stage_kernel: a CTA takes 32 rows x one chunk of A or B (warp = row, lane = block), writes each
-//   block folded as 32 int8, per (K tile, row) its factor 2^(base - 127) (A) or 2^(base - 129) (B)
+// - stage_kernel: a CTA takes 32 rows x one chunk of A or B (a thread per (row, K tile) folds the
+//   scales, then a warp per row converts the codes, lane = block), writes each block folded as 32
+//   int8, per (K tile, row) its factor 2^(base - 127) (A) or 2^(base - 129) (B)
 //   and A's high scales in [tile][row] order (one bulk copy per step later), and a summary per
 //   (chunk, row): any tile not folding, one base or not, smallest and largest base.
 // - summarize_kernel: the summaries per 128 rows (and whether A's rows have high blocks), and per
@@ -145,72 +146,36 @@ __device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, int8_t*
 }
 
 // Block `block` of row `row` of op (plain or A4W4_LAYOUT_PREPARED_V1): its 16 bytes of codes
-// (element i in nibble i, as a plain row holds them) and its scale byte. In a prepared B's tile of
-// row group row / 16, lane (r % 8) * 4 + p holds piece p (elements 8p .. 8p + 7) of each of the 4
-// blocks, 32 bytes apart, for row r % 8 then r % 8 + 8 (numerics/weight_layout.h).
+// (element i in nibble i, as a plain row holds them). In a prepared B's tile of row group row / 16,
+// lane (r % 8) * 4 + p holds piece p (elements 8p .. 8p + 7) of each of the 4 blocks, 32 bytes
+// apart, for row r % 8 then r % 8 + 8 (numerics/weight_layout.h).
 __device__ __forceinline__ uint4 block_codes(const PackedOperand& op, int64_t row, int block,
                                              int blocks) {
   if (op.layout == A4W4_LAYOUT_PLAIN)
     return __ldg(reinterpret_cast<const uint4*>(op.data + row * op.stride_bytes + 16 * block));
-  const int64_t tile = row / 16 * ((blocks + 3) / 4) + block / 4;
-  const int r = static_cast<int>(row % 16);
+  // Piece p (elements 8 p .. 8 p + 7) sits 32 bytes after piece p - 1.
   const uint32_t* words = reinterpret_cast<const uint32_t*>(
-      op.data + tile * layout::kTileBytes + (r % 8) * 128 + (r / 8) * 16 + (block % 4) * 4);
+      op.data + layout::prepared_weight_offset(row, 32 * int64_t{block}, (blocks + 3) / 4));
   return make_uint4(__ldg(words), __ldg(words + 8), __ldg(words + 16), __ldg(words + 24));
 }
-__device__ __forceinline__ uint32_t block_scale(const PackedOperand& op, int64_t row, int block,
-                                                int blocks) {
-  if (op.layout == A4W4_LAYOUT_PLAIN) return __ldg(op.scale + row * op.scale_stride + block);
-  const int64_t tile = row / 16 * ((blocks + 3) / 4) + block / 4;
-  const int r = static_cast<int>(row % 16);
-  return __ldg(op.scale + tile * layout::kTileScaleBytes + (r % 8) * 8 + (r / 8) * 4 + block % 4);
-}
 
-// What one lane of a staging task loads: its block's codes and scale byte, and its tile's mask of
-// high blocks (stage_chunk).
-struct ChunkLoad {
-  uint4 codes;
-  uint32_t scale, high_mask;
+// x combined by op over the 8 lanes of a lane's group (one row's K tiles of a chunk in
+// stage_kernel), or over its group of 4 (one K tile's blocks: high_blocks_kernel). Full-mask
+// shuffles: every lane of the warp calls them.
+struct Min {
+  __device__ uint32_t operator()(uint32_t x, uint32_t y) const { return min(x, y); }
 };
-
-// One warp stages one row's chunk of 8 K tiles (task = chunk * padded_rows + row; lane = block of
-// the chunk: coalesced 16-byte loads and 32-byte stores). Blocks past K (the last tile's padding)
-// load nothing; rows past `rows` nothing either.
-// kHigh: the operand has high blocks (A); B's staging compiles without them.
-template <bool kHigh>
-__device__ __forceinline__ ChunkLoad load_chunk(const StagingJob& job, int64_t task, int lane,
-                                                int blocks) {
-  const StagedOperand& s = job.staged;
-  const int64_t row = task % s.padded_rows;
-  const int block = static_cast<int>(task / s.padded_rows) * 32 + lane;
-  const int tile = block / 4;
-  const uint32_t high_mask = kHigh && row < s.rows && tile < s.k_tiles
-                                 ? s.high_masks[row / kTileM * s.k_tiles + tile]
-                                 : 0u;
-  if (row >= s.rows || block >= blocks) return ChunkLoad{make_uint4(0, 0, 0, 0), 0u, high_mask};
-  return ChunkLoad{block_codes(job.source, row, block, blocks),
-                   block_scale(job.source, row, block, blocks), high_mask};
-}
-
-// The smallest and largest of x over the lanes where `in` holds, in the warp (chunk) and in each
-// lane's group of 4 (tile); 0xFF / 0 where no lane holds.
-struct LaneRange {
-  uint32_t chunk_lo, chunk_hi, tile_lo, tile_hi;
-  __device__ __forceinline__ LaneRange(uint32_t x, bool in) {
-    const uint32_t lo = in ? x : 0xFFu, hi = in ? x : 0u;
-    chunk_lo = __reduce_min_sync(0xFFFFFFFFu, lo);
-    chunk_hi = __reduce_max_sync(0xFFFFFFFFu, hi);
-    tile_lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, 1));
-    tile_lo = min(tile_lo, __shfl_xor_sync(0xFFFFFFFFu, tile_lo, 2));
-    tile_hi = max(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, 1));
-    tile_hi = max(tile_hi, __shfl_xor_sync(0xFFFFFFFFu, tile_hi, 2));
-  }
+struct Max {
+  __device__ uint32_t operator()(uint32_t x, uint32_t y) const { return max(x, y); }
 };
-
-// fold::fold_row's rule for scales in [lo, hi]: every shift at most kMaxShift, the base at most
-// 0xFF - 1 - kMaxShift (so no block is NaN); an empty range (lo > hi) folds.
-__device__ __forceinline__ bool folds(uint32_t lo, uint32_t hi) {
-  return lo > hi || (hi - lo <= fold::kMaxShift && lo <= 0xFFu - 1 - fold::kMaxShift);
+struct Or {
+  __device__ uint32_t operator()(uint32_t x, uint32_t y) const { return x | y; }
+};
+template <int kLanes, typename Op>
+__device__ __forceinline__ uint32_t across_lanes(uint32_t x, Op op) {
+#pragma unroll
+  for (int mask = 1; mask < kLanes; mask *= 2) x = op(x, __shfl_xor_sync(0xFFFFFFFFu, x, mask));
+  return x;
 }
 
 // 2^(base - 127 - shift) as fp32 (0 below its range).
@@ -218,76 +183,98 @@ __device__ __forceinline__ float base_factor(uint32_t base, uint32_t shift) {
   return __uint_as_float(base >= shift ? (base - shift) << 23 : 0u);
 }
 
-// A row's chunk: the blocks of each K tile are split into the normal ones, folded to one base, and
-// the tile's high blocks (A's high_masks; none for B), each kept on its own scale. Where the row's
-// normal blocks of the whole chunk spread over at most kMaxShift + 1 binades, they fold to the
-// chunk's smallest scale (one factor over the chunk); otherwise each tile's to its own. Rows in
-// [rows, padded_rows) only get factor 1.
-// What a CTA's staging of 32 rows x one chunk leaves for coalesced stores (stage_kernel): per
-// (tile of the chunk, row) the factor and the high scale word, per row the summary.
+// The smallest and largest byte of `bytes` among those whose bit is set in `mask` (bit j: byte
+// j); 0xFF and 0 when none is.
+__device__ __forceinline__ void byte_range(uint32_t bytes, uint32_t mask, uint32_t& lo,
+                                           uint32_t& hi) {
+  lo = 0xFFu, hi = 0u;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t b = (bytes >> (8 * j)) & 0xFFu;
+    if ((mask >> j) & 1u) lo = min(lo, b), hi = max(hi, b);
+  }
+}
+
+// The 4 scale bytes of K tile `tile` of `row` (block 4 tile + j in byte j); blocks past K (the
+// last tile of a K that is not a multiple of 128) repeat the tile's first block, so they neither
+// widen the spread nor lower the base.
+__device__ __forceinline__ uint32_t tile_scales(const PackedOperand& op, int64_t row, int tile,
+                                                int blocks) {
+  if (op.layout == A4W4_LAYOUT_PLAIN)
+    return fold::scale_word(op.scale + row * op.scale_stride, tile, blocks, fold::scale_words(op));
+  // A prepared B holds a row's 4 scales of a tile in one word (zero past K).
+  uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(
+      op.scale + layout::prepared_scale_offset(row, 4 * int64_t{tile}, (blocks + 3) / 4)));
+  const int present = blocks - 4 * tile;
+  if (present < 4) {
+    const uint32_t keep = 0xFFFFFFFFu >> (8 * (4 - present));
+    w = (w & keep) | ((w & 0xFFu) * 0x01010101u & ~keep);
+  }
+  return w;
+}
+
+// What a CTA's staging of 32 rows x one chunk leaves in shared memory: per (tile of the chunk,
+// row) the factor, the high scale word and the shifts (the values' pass reads them), per row the
+// summary; then they leave in coalesced stores.
 struct ChunkOut {
   float factors[kChunkTiles][32];
   uint32_t high_scales[kChunkTiles][32];
+  uint32_t shifts[32][kChunkTiles];
   uint32_t summaries[32];
 };
 
+// One (row, K tile) of a chunk, one thread each, the 8 tiles of a row in 8 adjacent lanes. The
+// tile's blocks are split into the normal ones, folded to one base, and its high blocks (A's
+// high_masks; none for B), each kept on its own scale. Where the row's normal blocks of the whole
+// chunk spread over at most kMaxShift + 1 binades, they fold to the chunk's smallest scale (one
+// factor over the chunk); otherwise each tile's to its own. Rows in [rows, padded_rows) only get
+// factor 1. kHigh: the operand has high blocks (A); B's staging compiles without them.
 template <bool kHigh>
-__device__ void stage_chunk(const StagingJob& job, int64_t task, int lane, int blocks,
-                            const ChunkLoad& loaded, ChunkOut& out) {
+__device__ __forceinline__ void fold_tile(const StagingJob& job, int64_t row, int chunk, int t,
+                                          int r, int blocks, ChunkOut& out) {
   const StagedOperand& s = job.staged;
-  const int64_t row = task % s.padded_rows;
-  const int chunk = static_cast<int>(task / s.padded_rows);
-  const int block = chunk * 32 + lane, tile = block / 4;
-  const bool present = tile < s.k_tiles, tile_lead = lane % 4 == 0 && present;
-  float& factor = out.factors[lane / 4][row % 32];
-  uint32_t& high_scales = out.high_scales[lane / 4][row % 32];
-  if (row >= s.rows) {
-    if (tile_lead) factor = 1.0f, high_scales = 0x7F7F7F7Fu;
-    return;
-  }
-  // Blocks past K take the tile's first block's scale, so they neither widen the spread nor lower
-  // the base; tiles past K take no part.
-  uint32_t scale = loaded.scale;
-  const uint32_t first = __shfl_sync(0xFFFFFFFFu, scale, lane & ~3);
-  if (block >= blocks) scale = first;
-  const bool high = kHigh && present && ((loaded.high_mask >> (lane % 4)) & 1u) != 0;
-  const LaneRange normal(scale, present && !high);
-  const bool uniform = folds(normal.chunk_lo, normal.chunk_hi);
-  const uint32_t base_normal = uniform ? normal.chunk_lo : normal.tile_lo;
+  const int tile = chunk * kChunkTiles + t;
+  const bool present = tile < s.k_tiles, real = row < s.rows;
+  const uint32_t scales = present && real ? tile_scales(job.source, row, tile, blocks) : 0u;
+  // Blocks past K take part as the tile's first block (tile_scales); tiles past K do not.
+  const uint32_t high = kHigh && present && real ? s.high_masks[row / kTileM * s.k_tiles + tile]
+                                                 : 0u;
+  const uint32_t normal = present && real ? 0xFu & ~high : 0u;
+  uint32_t tile_lo, tile_hi;
+  byte_range(scales, normal, tile_lo, tile_hi);
+  const uint32_t chunk_lo = across_lanes<8>(tile_lo, Min{});
+  const uint32_t chunk_hi = across_lanes<8>(tile_hi, Max{});
+  const bool uniform = fold::range_folds(chunk_lo, chunk_hi);
+  const uint32_t base = uniform ? chunk_lo : tile_lo;
   // A high block is a group of its own: shift 0, its scale its base (fold_row's rule: not NaN).
-  // Over the tile: the high blocks' smallest and largest scale, whether one is NaN, and their
-  // scale bytes (byte j: block j's), gathered into each lane.
-  uint32_t high_lo = high ? scale : 0xFFu, high_hi = high ? scale : 0u;
-  uint32_t high_word = high ? scale << (8 * (lane % 4)) : 0u;
-  uint32_t high_bad = high && !folds(scale, scale) ? 1u : 0u;
-#pragma unroll
-  for (int mask = 1; mask <= 2; mask *= 2) {
-    high_lo = min(high_lo, __shfl_xor_sync(0xFFFFFFFFu, high_lo, mask));
-    high_hi = max(high_hi, __shfl_xor_sync(0xFFFFFFFFu, high_hi, mask));
-    high_word |= __shfl_xor_sync(0xFFFFFFFFu, high_word, mask);
-    high_bad |= __shfl_xor_sync(0xFFFFFFFFu, high_bad, mask);
+  uint32_t high_lo = 0xFFu, high_hi = 0u, high_bytes = 0u;
+  if constexpr (kHigh) {
+    byte_range(scales, high, high_lo, high_hi);
+    high_bytes = (high & 1u) * 0xFFu | (high & 2u) * 0x7F80u | (high & 4u) * 0x3FC000u |
+                 (high & 8u) * 0x1FE00000u;  // 0xFF in byte j where block j is high
   }
-  const bool ok = (uniform || folds(normal.tile_lo, normal.tile_hi)) && high_bad == 0;
+  const bool has_normal = tile_lo <= tile_hi, has_high = high_lo <= high_hi;
+  const bool ok = (uniform || fold::range_folds(tile_lo, tile_hi)) &&
+                  (!has_high || fold::range_folds(high_hi, high_hi));
+  // The normal blocks' shifts (every normal byte is at least the base: no borrows; the high ones'
+  // bytes are set to the base first, so theirs are 0). A tile that does not fold is never read.
+  const uint32_t bases = base * 0x01010101u;
+  const uint32_t shifts =
+      ok && has_normal ? ((scales & ~high_bytes) | (bases & high_bytes)) - bases : 0u;
+  out.shifts[r][t] = shifts;
   if (present) {
-    // A tile that does not fold is never read.
-    store_block(loaded.codes, ok && !high ? scale - base_normal : 0u,
-                s.values + row * s.padded_k + int64_t{block} * 32);
+    out.factors[t][r] = !real ? 1.0f : has_normal ? base_factor(base, job.factor_shift) : 0.0f;
+    out.high_scales[t][r] = real ? scales & high_bytes : 0x7F7F7F7Fu;
   }
-  // A tile with no normal block gets factor 0 (its normal sums are zero; a chunk whose sums run
-  // on over its tiles has no high blocks, so every tile of it has normal ones).
-  const bool has_normal = normal.tile_lo <= normal.tile_hi, has_high = high_lo <= high_hi;
-  if (tile_lead) {
-    factor = has_normal ? base_factor(base_normal, job.factor_shift) : 0.0f;
-    high_scales = high_word;
-  }
+  // The row's summary over the chunk (only tiles that are present count).
   fold::FoldSummary summary;
-  summary.bad = __any_sync(0xFFFFFFFFu, tile_lead && !ok) ? 1u : 0u;
+  summary.bad = across_lanes<8>(present && !ok ? 1u : 0u, Or{});
   summary.mixed = uniform ? 0u : 1u;
-  const uint32_t lo = min(has_normal ? base_normal : 0xFFu, has_high ? high_lo : 0xFFu);
-  const uint32_t hi = max(has_normal ? base_normal : 0u, has_high ? high_hi : 0u);
-  summary.lo = __reduce_min_sync(0xFFFFFFFFu, tile_lead ? lo : 0xFFu);
-  summary.hi = __reduce_max_sync(0xFFFFFFFFu, tile_lead ? hi : 0u);
-  if (lane == 0) out.summaries[row % 32] = summary.word();
+  const uint32_t lo = min(has_normal ? base : 0xFFu, has_high ? high_lo : 0xFFu);
+  const uint32_t hi = max(has_normal ? base : 0u, has_high ? high_hi : 0u);
+  summary.lo = across_lanes<8>(lo, Min{});
+  summary.hi = across_lanes<8>(hi, Max{});
+  if (t == 0) out.summaries[r] = summary.word();
 }
 
 // A CTA of 8 warps: the summary of one 128-row block of A or B, every row's chunks combined, and
@@ -344,7 +331,7 @@ __global__ void __launch_bounds__(256) summarize_kernel(const __grid_constant__ 
 // CTA c: the high blocks of one (128-row block, chunk) of A (lane = block of the chunk; warp w
 // takes 16 of the rows): a block is high in a K tile when, in some row, its scale lies more than
 // kMaxShift above the tile's smallest — an outlier channel, which puts the same blocks high in
-// many rows. Keeping them apart keeps such tiles on the int8 path (stage_chunk). NaN scales count
+// many rows. Keeping them apart keeps such tiles on the int8 path (fold_tile). NaN scales count
 // as not high (their tiles do not fold anyway).
 __global__ void __launch_bounds__(256)
     high_blocks_kernel(const __grid_constant__ PackedOperand a,
@@ -363,24 +350,24 @@ __global__ void __launch_bounds__(256)
     const int64_t row = first + i;
     const uint32_t scale =
         block < blocks && row < s.rows ? __ldg(scales + row * a.scale_stride) : 0xFFu;
-    uint32_t lo = min(scale, __shfl_xor_sync(0xFFFFFFFFu, scale, 1));
-    lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, 2));
+    const uint32_t lo = across_lanes<4>(scale, Min{});
     high |= scale != 0xFFu && scale > lo + fold::kMaxShift ? 1u : 0u;
   }
   if (high != 0) atomicOr(&lanes_high[lane], 1u);
   __syncthreads();
   if (warp == 0) {
-    uint32_t mask = lanes_high[lane] << (lane % 4);
-    mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, 1);
-    mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, 2);
+    const uint32_t mask = across_lanes<4>(lanes_high[lane] << (lane % 4), Or{});
     if (lane % 4 == 0 && tile < s.k_tiles)
       s.high_masks[row_block * s.k_tiles + tile] = static_cast<uint8_t>(mask);
   }
 }
 
-// A CTA stages 32 rows x one chunk at a time: warp w the rows 4 w .. 4 w + 3, their loads issued
-// together; the factors, high scale words and summaries meet in shared memory and leave in
-// coalesced stores (one 128-byte row of factors per K tile, where each warp would write 4 bytes).
+// A CTA stages 32 rows x one chunk at a time. Its warps first load the codes (warp w the rows
+// 4 w .. 4 w + 3, lane = block of the chunk: coalesced 16-byte loads, all in flight together),
+// then fold the scales, thread 8 r + t taking row r's K tile t (fold_tile: a few dozen
+// instructions per tile, where a warp per row spent as many per block), then convert the codes
+// with the shifts left in shared memory (32-byte stores); the factors, high scale words and
+// summaries leave in coalesced stores (one 128-byte row of factors per K tile).
 __global__ void __launch_bounds__(256, 4)
     stage_kernel(const __grid_constant__ StagingJob a, const __grid_constant__ StagingJob b,
                  int blocks) {
@@ -392,28 +379,37 @@ __global__ void __launch_bounds__(256, 4)
   for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
     const bool is_a = group < groups_a;
     const StagingJob& job = is_a ? a : b;
+    const StagedOperand& s = job.staged;
     const int64_t first = (is_a ? group : group - groups_a) * 32;  // its first task
-    ChunkLoad loaded[kRowsPerWarp];
+    const int64_t row0 = first % s.padded_rows;
+    const int chunk = static_cast<int>(first / s.padded_rows);
+    const int block = chunk * 32 + lane;
+    uint4 codes[kRowsPerWarp];
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int64_t task = first + kRowsPerWarp * warp + i;
-      loaded[i] =
-          is_a ? load_chunk<true>(a, task, lane, blocks) : load_chunk<false>(b, task, lane, blocks);
+      const int64_t row = row0 + kRowsPerWarp * warp + i;
+      codes[i] = row < s.rows && block < blocks ? block_codes(job.source, row, block, blocks)
+                                                : make_uint4(0, 0, 0, 0);
     }
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int64_t task = first + kRowsPerWarp * warp + i;
-      if (is_a) {
-        stage_chunk<true>(a, task, lane, blocks, loaded[i], out);
-      } else {
-        stage_chunk<false>(b, task, lane, blocks, loaded[i], out);
-      }
+    const int r = static_cast<int>(threadIdx.x) / 8, t = static_cast<int>(threadIdx.x) % 8;
+    if (is_a) {
+      fold_tile<true>(a, row0 + r, chunk, t, r, blocks, out);
+    } else {
+      fold_tile<false>(b, row0 + r, chunk, t, r, blocks, out);
     }
     __syncthreads();
+    if (block / 4 < s.k_tiles) {
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int rr = kRowsPerWarp * warp + i;
+        if (row0 + rr >= s.rows) continue;  // padding rows are never read (TMA zero-fills them)
+        const uint32_t shift = (out.shifts[rr][lane / 4] >> (8 * (lane % 4))) & 0xFFu;
+        store_block(codes[i], shift, s.values + (row0 + rr) * s.padded_k + int64_t{block} * 32);
+      }
+    }
     // Thread (t, r): K tile t of the chunk, row r of the 32.
-    const StagedOperand& s = job.staged;
-    const int64_t row = first % s.padded_rows + lane;
-    const int chunk = static_cast<int>(first / s.padded_rows), tile = chunk * kChunkTiles + warp;
+    const int64_t row = row0 + lane;
+    const int tile = chunk * kChunkTiles + warp;
     if (tile < s.k_tiles) {
       const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
       s.factors[tile * s.padded_rows + slot] = out.factors[warp][lane];

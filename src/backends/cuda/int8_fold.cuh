@@ -38,6 +38,12 @@ struct FoldedRow {
   return row;
 }
 
+// fold_row's rule for a row whose scales lie in [lo, hi]: every shift at most kMaxShift, the base
+// at most 0xFF - 1 - kMaxShift (so no block is NaN); an empty range (lo > hi) folds.
+[[maybe_unused]] __device__ __forceinline__ bool range_folds(uint32_t lo, uint32_t hi) {
+  return lo > hi || (hi - lo <= kMaxShift && lo <= 0xFFu - 1 - kMaxShift);
+}
+
 // An int32 tile sum (or the sum of two) as fp32 without the quarter-rate I2F: |x| < 2^22 (a tile
 // sum is at most 128 * 96 * 96 < 2^21) added to 1.5 * 2^23 lands exactly on an integer of that
 // binade.

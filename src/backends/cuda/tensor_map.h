@@ -10,6 +10,7 @@
 #include "api/error.h"
 #include "backends/cuda/cuda_utils.h"
 #include "dispatch/problem.h"
+#include "numerics/weight_layout.h"
 
 namespace a4w4::cuda::tma {
 
@@ -60,6 +61,20 @@ inline CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, 
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.stride_bytes)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes), static_cast<cuuint32_t>(box_rows)};
   return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, op.data, dims, strides, box, family);
+}
+
+// A prepared B (numerics/weight_layout.h) as a 3D tensor of 32-bit words: 256 words (one 16 x 128
+// tile), K tiles, 16-row groups; a box is one K tile of `box_rows` / 16 groups. Groups past the end
+// (rows past N rounded up to 16) read as zeros.
+inline CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k, int box_rows,
+                                const char* family) {
+  const int64_t k_tiles = layout::k_tiles(k);
+  const cuuint64_t dims[3] = {layout::kTileBytes / 4, static_cast<cuuint64_t>(k_tiles),
+                              static_cast<cuuint64_t>(layout::row_groups(rows))};
+  const cuuint64_t strides[2] = {layout::kTileBytes,
+                                 static_cast<cuuint64_t>(k_tiles * layout::kTileBytes)};
+  const cuuint32_t box[3] = {layout::kTileBytes / 4, 1, static_cast<cuuint32_t>(box_rows / 16)};
+  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, op.data, dims, strides, box, family);
 }
 
 // Whether TMA can load a plain packed operand's rows: 16-byte aligned base and row stride, the
