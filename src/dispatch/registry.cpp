@@ -82,6 +82,16 @@ constexpr std::array kGemmKernels = {
                "(data 16-byte, scales 4-byte aligned); a context workspace of "
                "a4w4_gemm_workspace_size bytes; K % 32 == 0; M, N, K < 2^31",
                cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},
+    // The same exact int8 path staging only A (and B's scales): two more warpgroups convert B's
+    // codes into each stage, so no pass writes B as int8 before the GEMM. The converters bound its
+    // main loop (H200: 1.6x slower than cuda.int8_128x128 at M >= 1024, 1.16x faster at
+    // 256 x 8192 x 8192, where B's staging dominates), so the heuristic ranks it below; the tuner
+    // chooses it where it wins.
+    GemmKernel{"cuda.int8_bconv_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128,
+               1, false, false, 65, 0, 16.0,
+               "sm_90a; plain A and B with 16-byte aligned rows; a context workspace of "
+               "a4w4_gemm_workspace_size bytes; K % 64 == 0; M, N, K < 2^31",
+               cuda::gemm_int8_bconv_why_not, cuda::gemm_int8_bconv_128x128},
     GemmKernel{"cuda.generic", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_GENERIC, 64, 64, 32, 0, false,
                false, 1, 0, 1.0, "sm_80 or newer; M up to 65535 * 64", cuda::gemm_generic_why_not,
                cuda::gemm_generic},

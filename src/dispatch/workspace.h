@@ -16,16 +16,17 @@ namespace a4w4 {
 // base with no high blocks (the GEMM then promotes its int32 sums once per chunk instead of once
 // per K tile). With high blocks (A, whose outlier channels put a few blocks of a K tile far above
 // the others): per (128 rows, K tile) a mask of the blocks kept apart, each on its own scale, and
-// per (K tile, row) their 4 scale bytes.
+// per (K tile, row) their 4 scale bytes. Without high blocks (B): per (K tile, row) the 4 blocks'
+// shifts, for the kernel that converts B's codes itself (cuda.int8_bconv_128x128).
 struct StagedOperandLayout {
   static constexpr int64_t kTileK = 128, kTileRows = 128, kChunkTiles = 8;
   static constexpr int64_t kAlign = 256;
 
   int64_t rows = 0, padded_rows = 0, padded_k = 0, k_tiles = 0, chunks = 0;
-  // Byte offsets from the operand's start (high_scales and high_masks: 0 without high blocks),
-  // and its size.
+  // Byte offsets from the operand's start (high_scales and high_masks: 0 without high blocks,
+  // shifts: 0 with them), and its size.
   int64_t values = 0, factors = 0, summaries = 0, block_summaries = 0, chunk_uniform = 0,
-          high_scales = 0, high_masks = 0, bytes = 0;
+          high_scales = 0, high_masks = 0, shifts = 0, bytes = 0;
 
   static constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -44,6 +45,9 @@ struct StagedOperandLayout {
       high_scales = bytes;
       high_masks = high_scales + round_up(k_tiles * padded_rows * 4, kAlign);
       bytes = high_masks + round_up(padded_rows / kTileRows * k_tiles, kAlign);
+    } else {
+      shifts = bytes;
+      bytes = shifts + round_up(k_tiles * padded_rows * 4, kAlign);
     }
   }
 };

@@ -28,6 +28,10 @@ void gemm_bf16_128x128(const GemmProblem& problem, const ExecConfig& exec);
 // bf16 family in the same call. Chosen by the heuristic whenever the workspace is there.
 std::string gemm_int8_why_not(const GemmProblem& problem);
 void gemm_int8_128x128(const GemmProblem& problem, const ExecConfig& exec);
+// The same family staging A only: B's codes are converted inside the GEMM (plain B, and the bf16
+// family applicable for the tiles that do not fold).
+std::string gemm_int8_bconv_why_not(const GemmProblem& problem);
+void gemm_int8_bconv_128x128(const GemmProblem& problem, const ExecConfig& exec);
 std::string gemm_generic_why_not(const GemmProblem& problem);
 void gemm_generic(const GemmProblem& problem, const ExecConfig& exec);
 // The skinny family for M <= 64 (gemm_skinny.cu), sm_90a: int8 wgmma with the weights in registers.

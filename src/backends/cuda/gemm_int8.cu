@@ -1,6 +1,6 @@
-// The int8 tensor-core family for large M, exact mode (cuda.int8_128x128): a staging pass, then a
-// persistent, warp-specialised sm_90a GEMM on int8 operands. docs/cuda-backend.md has the
-// exactness argument and the measured rate.
+// The int8 tensor-core family for large M, exact mode (cuda.int8_128x128, cuda.int8_bconv_128x128):
+// a staging pass, then a persistent, warp-specialised sm_90a GEMM on int8 operands.
+// docs/cuda-backend.md has the exactness argument and the measured rate.
 //
 // int8 wgmma sums exactly in int32 (docs/cuda-backend.md, "What Hopper's wgmma accumulation
 // keeps"), so a whole K tile of 128 (4 blocks of 32) is one chain of MMAs once the block scales are
@@ -33,6 +33,10 @@
 //   128 int8, 128-byte swizzled) and bulk copies (the step's factors); two consumer warpgroups (64
 //   rows each) issue 4 wgmma m64n128k32 s8.s8 -> s32 per step, promote and release the stage; while
 //   one promotes, the other's MMAs keep the tensor cores busy.
+// cuda.int8_bconv_128x128 (kConvert) stages A and only B's factors and shifts: a stage brings B's
+// codes (128 rows x 64 bytes), and two converter warpgroups fold them into a ring of B rows, so no
+// pass writes and reads B as int8 (the larger part of the staging at small M). Its converters bound
+// the main loop (bench/RESULTS.md), so it wins only where B's staging dominates.
 // A tile whose verdict fails (a row's normal blocks of a K tile spreading over more than 4
 // binades, a NaN scale, exponents outside fp32's safe range) runs on a bf16-family launch over
 // exactly those tiles (gemm_bf16_unfolded_tiles), or where that family cannot run the problem on
@@ -63,12 +67,27 @@ namespace {
 
 constexpr int kTileM = 128, kTileN = 128;
 constexpr int kStepK = 128;  // one fold tile: 4 blocks, 128 int8 = one 128-byte swizzled row
-constexpr int kStages = 6;
 constexpr int kWarpgroup = 128;
-constexpr int kThreads = 3 * kWarpgroup;  // producer, then two consumer warpgroups
-// The launch gives 168 registers per thread; the producer hands most of its share to the consumers.
-constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
-static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * 168);
+// Warpgroups: the producer, two consumers, and (kConvert) two converters of B's codes.
+template <bool kConvert>
+inline constexpr int kThreads = (kConvert ? 5 : 3) * kWarpgroup;
+// Registers per thread by role: the launch gives 168 (3 warpgroups) or 96 (5) per thread, and the
+// producer (and the converters) hand part of theirs to the consumers: setmaxnreg moves registers
+// inside the CTA's allocation only, so the roles' sum may not exceed it.
+template <bool kConvert>
+inline constexpr int kLaunchRegisters = kConvert ? 96 : 168;
+template <bool kConvert>
+inline constexpr int kProducerRegisters = kConvert ? 24 : 40;
+template <bool kConvert>
+inline constexpr int kConsumerRegisters = kConvert ? 184 : 232;
+constexpr int kConverterRegisters = 40;
+static_assert(2 * kConsumerRegisters<false> + kProducerRegisters<false> <=
+              3 * kLaunchRegisters<false>);
+static_assert(2 * kConsumerRegisters<true> + kProducerRegisters<true> + 2 * kConverterRegisters <=
+              5 * kLaunchRegisters<true>);
+static_assert(kLaunchRegisters<true> * kThreads<true> <= 65536 &&
+              kLaunchRegisters<false> * kThreads<false> <= 65536);
+
 constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are reused from L2
 constexpr int kChunkTiles = StagedOperandLayout::kChunkTiles;  // K tiles per staging warp
 // Named barriers: 0 is __syncthreads; the generic fallback tiles of consumer warpgroups 0 and 1
@@ -96,6 +115,9 @@ struct StagedOperand {
   // their scale bytes (byte j: block j's; 0 for blocks not high).
   uint8_t* high_masks;
   uint32_t* high_scales;
+  // B only: per (K tile, row) its 4 blocks' shifts (byte j: block j's d), for the kernel that
+  // converts B's codes itself. The staging pass writes values and shifts where these are set.
+  uint32_t* shifts;
   int64_t rows, padded_rows, padded_k;
   int k_tiles, chunks;
 };
@@ -109,40 +131,60 @@ struct StagingJob {
   int64_t tasks;          // (row, chunk) pairs: padded_rows * chunks, one warp each
 };
 
+// The rings' barriers. Stages: producer (TMA) -> consumers -> producer; with kConvert, a stage
+// also goes to the converters (its empty barrier then waits for them too), which fill a
+// converted-B slot: converters -> consumers -> converters.
+template <int kStages, int kConvStages>
 struct Control {
-  uint64_t full[kStages], empty[kStages];  // producer (TMA) -> consumers -> producer
+  uint64_t full[kStages], empty[kStages], conv_full[kConvStages], conv_empty[kConvStages];
 };
 
 // The GEMM kernel's shared memory. kHigh: the variant for tiles whose A rows have high blocks,
 // which also needs 64 zero A rows (the operand of the blocks a chain leaves out) and A's high
-// scale words beside each stage's factors.
-template <bool kHigh>
+// scale words beside each stage's factors. kConvert: a stage holds B's codes instead of its rows
+// (half the bytes), and the converters fold them into a shallower ring of B rows.
+template <bool kHigh, bool kConvert>
 struct Layout {
+  static constexpr int kStages = 6, kConvStages = kConvert ? 3 : 1;
   static constexpr int kOperandBytes = kTileM * kStepK;  // 128 rows x 128 int8, swizzled
-  static constexpr int kStageBytes = 2 * kOperandBytes;  // A rows, then B rows
-  static constexpr int kZeroOffset = kStages * kStageBytes, kZeroBytes = kHigh ? 64 * kStepK : 0;
+  static constexpr int kRawBytes = kTileN * kStepK / 2;  // B's codes of a step
+  // A's rows, then B's rows (or kConvert its codes).
+  static constexpr int kStageBytes = kOperandBytes + (kConvert ? kRawBytes : kOperandBytes);
+  static constexpr int kConvOffset = kStages * kStageBytes;
+  static constexpr int kZeroOffset = kConvOffset + (kConvert ? kConvStages * kOperandBytes : 0);
+  static constexpr int kZeroBytes = kHigh ? 64 * kStepK : 0;
   static constexpr int kFactorOffset = kZeroOffset + kZeroBytes;
-  // Per stage: A's 128 factors (normal blocks), B's 128, then (kHigh) A's 128 high scale words.
-  static constexpr int kFactorFloats = kTileM + kTileN + (kHigh ? kTileM : 0);
+  // Per stage: A's 128 factors (normal blocks), B's 128, then (kHigh) A's 128 high scale words,
+  // then (kConvert) B's 128 shift words.
+  static constexpr int kShiftWords = kTileM + kTileN + (kHigh ? kTileM : 0);
+  static constexpr int kFactorFloats = kShiftWords + (kConvert ? kTileN : 0);
   static constexpr int kGenericOffset = kFactorOffset + kStages * kFactorFloats * 4;
   static constexpr int kControlOffset =
-      kGenericOffset + static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16);
-  static constexpr size_t kBytes = kControlOffset + sizeof(Control);
+      kGenericOffset +
+      (kConvert ? 0 : static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16));
+  static constexpr size_t kBytes = kControlOffset + sizeof(Control<kStages, kConvStages>);
   static constexpr uint32_t kStageTxBytes = kStageBytes + kFactorFloats * 4;
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0);
   static_assert(kBytes <= 227 * 1024);
 };
+template <bool kHigh, bool kConvert>
+using ControlOf = Control<Layout<kHigh, kConvert>::kStages, Layout<kHigh, kConvert>::kConvStages>;
 constexpr int kAcc = kTileN / 2;  // accumulators per consumer thread and set
 
 // ---- The staging pass ----------------------------------------------------------------------
 
-// Writes one 32-element block (16 packed bytes) folded with shift d as 32 int8 to `out`.
-__device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, int8_t* out) {
+// One 32-element block (16 packed bytes) folded with shift d: its 32 int8, elements 0..15 in lo.
+__device__ __forceinline__ void fold_block(uint4 codes, uint32_t shift, uint4& lo, uint4& hi) {
   const fold::BlockTables t = fold::block_tables(shift);
   const uint2 x = fold::to_s8x8(codes.x, t), y = fold::to_s8x8(codes.y, t);
   const uint2 z = fold::to_s8x8(codes.z, t), w = fold::to_s8x8(codes.w, t);
-  reinterpret_cast<uint4*>(out)[0] = make_uint4(x.x, x.y, y.x, y.y);
-  reinterpret_cast<uint4*>(out)[1] = make_uint4(z.x, z.y, w.x, w.y);
+  lo = make_uint4(x.x, x.y, y.x, y.y);
+  hi = make_uint4(z.x, z.y, w.x, w.y);
+}
+
+// Writes one block folded with shift d as 32 int8 to `out`.
+__device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, int8_t* out) {
+  fold_block(codes, shift, reinterpret_cast<uint4*>(out)[0], reinterpret_cast<uint4*>(out)[1]);
 }
 
 // Block `block` of row `row` of op (plain or A4W4_LAYOUT_PREPARED_V1): its 16 bytes of codes
@@ -388,8 +430,9 @@ __global__ void __launch_bounds__(256, 4)
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int64_t row = row0 + kRowsPerWarp * warp + i;
-      codes[i] = row < s.rows && block < blocks ? block_codes(job.source, row, block, blocks)
-                                                : make_uint4(0, 0, 0, 0);
+      codes[i] = s.values != nullptr && row < s.rows && block < blocks
+                     ? block_codes(job.source, row, block, blocks)
+                     : make_uint4(0, 0, 0, 0);
     }
     const int r = static_cast<int>(threadIdx.x) / 8, t = static_cast<int>(threadIdx.x) % 8;
     if (is_a) {
@@ -398,7 +441,7 @@ __global__ void __launch_bounds__(256, 4)
       fold_tile<false>(b, row0 + r, chunk, t, r, blocks, out);
     }
     __syncthreads();
-    if (block / 4 < s.k_tiles) {
+    if (s.values != nullptr && block / 4 < s.k_tiles) {
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int rr = kRowsPerWarp * warp + i;
@@ -414,6 +457,7 @@ __global__ void __launch_bounds__(256, 4)
       const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
       s.factors[tile * s.padded_rows + slot] = out.factors[warp][lane];
       if (is_a) s.high_scales[tile * s.padded_rows + slot] = out.high_scales[warp][lane];
+      if (s.shifts != nullptr) s.shifts[tile * s.padded_rows + row] = out.shifts[lane][warp];
     }
     if (warp == 0 && row < s.rows) s.summaries[chunk * s.rows + row] = out.summaries[lane];
     __syncthreads();
@@ -423,22 +467,31 @@ __global__ void __launch_bounds__(256, 4)
 // ---- The GEMM ----------------------------------------------------------------------------
 
 // Thread 0 of the producers: the stages of one foldable tile (ring use `use` onwards), each once
-// the consumers have released its slot: A's and B's 128 rows of the step by TMA, their factors by
-// two bulk copies, all completing on the slot's full barrier.
-template <bool kHigh>
+// the consumers have released its slot: A's 128 rows of the step and B's (staged rows, or kConvert
+// its codes: 128 rows x 64 bytes) by TMA, the factors (and B's shift words) by bulk copies, all
+// completing on the slot's full barrier.
+template <bool kHigh, bool kConvert>
 __device__ void produce_stages(const StagedOperand& a, const StagedOperand& b, int64_t m0,
                                int64_t n0, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                               uint8_t* smem, Control& ctl, uint32_t& use) {
-  using L = Layout<kHigh>;
+                               uint8_t* smem, ControlOf<kHigh, kConvert>& ctl,
+                               uint32_t& use) {
+  using L = Layout<kHigh, kConvert>;
   for (int step = 0; step < a.k_tiles; ++step, ++use) {
-    const uint32_t s = use % kStages;
-    pipeline::wait(&ctl.empty[s], ((use / kStages) & 1) ^ 1);
+    const uint32_t s = use % L::kStages;
+    pipeline::wait(&ctl.empty[s], ((use / L::kStages) & 1) ^ 1);
     uint8_t* stage = smem + s * L::kStageBytes;
     float* factors = reinterpret_cast<float*>(smem + L::kFactorOffset) + s * L::kFactorFloats;
     pipeline::arrive_expect_tx(&ctl.full[s], L::kStageTxBytes);
     pipeline::tma_load_2d(stage, map_a, &ctl.full[s], kStepK * step, static_cast<int>(m0));
-    pipeline::tma_load_2d(stage + L::kOperandBytes, map_b, &ctl.full[s], kStepK * step,
-                          static_cast<int>(n0));
+    if constexpr (kConvert) {
+      pipeline::tma_load_2d(stage + L::kOperandBytes, map_b, &ctl.full[s], kStepK / 2 * step,
+                            static_cast<int>(n0));
+      pipeline::bulk_load(factors + L::kShiftWords, b.shifts + step * b.padded_rows + n0,
+                          kTileN * 4, &ctl.full[s]);
+    } else {
+      pipeline::tma_load_2d(stage + L::kOperandBytes, map_b, &ctl.full[s], kStepK * step,
+                            static_cast<int>(n0));
+    }
     pipeline::bulk_load(factors, a.factors + step * a.padded_rows + m0, kTileM * 4, &ctl.full[s]);
     pipeline::bulk_load(factors + kTileM, b.factors + step * b.padded_rows + n0, kTileN * 4,
                         &ctl.full[s]);
@@ -455,17 +508,60 @@ __device__ __forceinline__ bool has_high_blocks(const StagedOperand& a, int64_t 
 
 // The producer (thread 0 of the first warpgroup; the others only hand their registers over): the
 // stages of each foldable tile of this variant.
-template <bool kHigh>
+template <bool kHigh, bool kConvert>
 __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, const StagedOperand& b,
                               fold::StagedVerdicts verdicts, const CUtensorMap* map_a,
-                              const CUtensorMap* map_b, uint8_t* smem, Control& ctl) {
+                              const CUtensorMap* map_b, uint8_t* smem,
+                              ControlOf<kHigh, kConvert>& ctl) {
   if (threadIdx.x != 0) return;
   uint32_t use = 0;  // stages of foldable tiles so far: slot and phase of the ring
   for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     if (verdicts.folds(m0, n0) && has_high_blocks(a, m0) == kHigh)
-      produce_stages<kHigh>(a, b, m0, n0, map_a, map_b, smem, ctl, use);
+      produce_stages<kHigh, kConvert>(a, b, m0, n0, map_a, map_b, smem, ctl, use);
+  }
+}
+
+// The converters (kConvert; thread c = 0..255 of two warpgroups): per stage, B's codes folded with
+// the shift words beside them into a slot of the converted ring, as TMA lays out staged rows
+// (128-byte swizzled: chunk j of row r at j ^ (r % 8)); then the slot is full and the stage's
+// codes consumed. Thread c takes block c % 4 of rows c / 4 and c / 4 + 64: a warp's loads read 512
+// contiguous bytes, and the 16-byte stores of a quarter-warp (2 rows x 4 blocks) hit 8 distinct
+// bank groups. They run ahead of the MMAs by up to the converted ring's depth.
+template <bool kHigh>
+__device__ void convert_tiles(const GemmProblem& p, const StagedOperand& a,
+                              fold::StagedVerdicts verdicts, uint8_t* smem,
+                              ControlOf<kHigh, true>& ctl, int c) {
+  using L = Layout<kHigh, true>;
+  const int block = c % 4;
+  uint32_t use = 0;
+  for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
+    int64_t m0, n0;
+    persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
+    if (!verdicts.folds(m0, n0) || has_high_blocks(a, m0) != kHigh) continue;
+    for (int step = 0; step < a.k_tiles; ++step, ++use) {
+      const uint32_t s = use % L::kStages, slot = use % L::kConvStages;
+      pipeline::wait(&ctl.full[s], (use / L::kStages) & 1);
+      pipeline::wait(&ctl.conv_empty[slot], ((use / L::kConvStages) & 1) ^ 1);
+      const uint8_t* codes_of_step = smem + s * L::kStageBytes + L::kOperandBytes;
+      const uint32_t* shifts = reinterpret_cast<const uint32_t*>(smem + L::kFactorOffset) +
+                               s * L::kFactorFloats + L::kShiftWords;
+      uint8_t* rows = smem + L::kConvOffset + slot * L::kOperandBytes;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = c / 4 + 64 * i;
+        const uint4 codes = *reinterpret_cast<const uint4*>(codes_of_step + r * 64 + 16 * block);
+        uint4 lo, hi;
+        fold_block(codes, (shifts[r] >> (8 * block)) & 0xFFu, lo, hi);
+        uint8_t* row = rows + r * 128;
+        *reinterpret_cast<uint4*>(row + (((2 * block) ^ (r % 8)) << 4)) = lo;
+        *reinterpret_cast<uint4*>(row + (((2 * block + 1) ^ (r % 8)) << 4)) = hi;
+      }
+      wgmma::fence_shared_for_async();  // the MMAs read the rows through the async proxy
+      pipeline::arrive(&ctl.conv_full[slot]);
+      pipeline::arrive(&ctl.empty[s]);  // its codes and shifts are read
+    }
   }
 }
 
@@ -494,14 +590,36 @@ __device__ __forceinline__ void promote(float (&acc)[kAcc], const int32_t (&sum)
 }
 
 // A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile). Tiles that do not fold are left
-// to the bf16 family's launch that follows (exact_here false) or run the generic exact tile code.
-template <bool kHigh>
+// to the bf16 family's launch that follows (exact_here false) or run the generic exact tile code
+// (never with kConvert, which the bf16 family always follows).
+template <bool kHigh, bool kConvert>
 __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, const StagedOperand& b,
                               fold::StagedVerdicts verdicts, bool exact_here, uint8_t* smem,
-                              Control& ctl, int wg) {
-  using L = Layout<kHigh>;
+                              ControlOf<kHigh, kConvert>& ctl, int wg) {
+  using L = Layout<kHigh, kConvert>;
+  constexpr int kStages = L::kStages;
   const int thread = threadIdx.x % kWarpgroup;
-  auto* generic_tiles = reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset);
+  constexpr int kConvStages = L::kConvStages;
+  // Ring use u's stage has landed and (kConvert) its B rows are converted.
+  const auto wait_stage = [&](uint32_t u) {
+    pipeline::wait(&ctl.full[u % kStages], (u / kStages) & 1);
+    if constexpr (kConvert) pipeline::wait(&ctl.conv_full[u % kConvStages], (u / kConvStages) & 1);
+  };
+  // Ring use u's MMAs (and factors) are done with its stage (and converted B rows).
+  const auto release = [&](uint32_t u) {
+    pipeline::arrive(&ctl.empty[u % kStages]);
+    if constexpr (kConvert) pipeline::arrive(&ctl.conv_empty[u % kConvStages]);
+  };
+  // The descriptors of ring use u's A rows (this warpgroup's 64) and B rows.
+  const auto a_descriptor = [&](uint32_t u) {
+    return wgmma::descriptor(wgmma::shared_address(smem + u % kStages * L::kStageBytes)) +
+           wg * 64 * 128 / 16;
+  };
+  const auto b_descriptor = [&](uint32_t u) {
+    return wgmma::descriptor(wgmma::shared_address(
+        kConvert ? smem + L::kConvOffset + u % kConvStages * L::kOperandBytes
+                 : smem + u % kStages * L::kStageBytes + L::kOperandBytes));
+  };
   const float* all_factors = reinterpret_cast<const float*>(smem + L::kFactorOffset);
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int acc_row = 64 * wg + 16 * warp + g;  // this thread's first accumulator row in the tile
@@ -514,8 +632,12 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     const int64_t rows0 = m0 + 64 * wg;
     if (!verdicts.folds(m0, n0)) {
       // The tiles that do not fold: here in the plain variant only.
-      if (exact_here && !kHigh)
-        persistent::exact_rows<kTileN>(p, rows0, n0, thread, generic_tiles, wg);
+      if constexpr (!kHigh && !kConvert) {
+        if (exact_here)
+          persistent::exact_rows<kTileN>(
+              p, rows0, n0, thread,
+              reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset), wg);
+      }
       continue;
     }
     if (has_high_blocks(a, m0) != kHigh) continue;
@@ -538,14 +660,12 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     // Issues the 4 MMAs of stage s, the blocks outside `mask` (bit j: the K tile's block j) on
     // zero A rows: the chain starts from zero unless `carry` (the chunk's sums so far run on).
     // (Every MMA is issued: ptxas serialises wgmma issued under a branch.)
-    const auto issue = [&](uint32_t s, uint32_t mask, bool carry) {
+    const auto issue = [&](uint32_t u, uint32_t mask, bool carry) {
       const uint64_t zero_desc =
           kHigh ? wgmma::descriptor(wgmma::shared_address(smem + L::kZeroOffset)) : 0;
-      // One descriptor per stage: the others add byte offsets / 16 to its address field (shared
-      // addresses stay below 2^18, so the 14-bit field never carries).
-      const uint64_t a_desc =
-          wgmma::descriptor(wgmma::shared_address(smem + s * L::kStageBytes)) + wg * 64 * 128 / 16;
-      const uint64_t b_desc = a_desc - wg * 64 * 128 / 16 + L::kOperandBytes / 16;
+      // One descriptor per operand: the K steps add byte offsets / 16 to its address field
+      // (shared addresses stay below 2^18, so the 14-bit field never carries).
+      const uint64_t a_desc = a_descriptor(u), b_desc = b_descriptor(u);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
@@ -554,11 +674,9 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
             b_desc + 32 * kk / 16, kk > 0 || carry);
       wgmma::commit();
     };
-    // Issues the one MMA of stage s's block j (a chain of its own, from zero).
-    const auto issue_block = [&](uint32_t s, int j) {
-      const uint64_t a_desc =
-          wgmma::descriptor(wgmma::shared_address(smem + s * L::kStageBytes)) + wg * 64 * 128 / 16;
-      const uint64_t b_desc = a_desc - wg * 64 * 128 / 16 + L::kOperandBytes / 16;
+    // Issues the one MMA of ring use u's block j (a chain of its own, from zero).
+    const auto issue_block = [&](uint32_t u, int j) {
+      const uint64_t a_desc = a_descriptor(u), b_desc = b_descriptor(u);
       wgmma::fence();
       wgmma::mma_s8_m64n128k32(sums, a_desc + 2 * j, b_desc + 2 * j, false);
       wgmma::commit();
@@ -573,23 +691,21 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
         // one step in flight (the previous step's stage is released once the next step's MMAs
         // are issued), and the sums are promoted once at its end. Unrolled: no MMA stays in
         // flight across a loop's back edge (ptxas would serialise them).
-        uint32_t previous = 0;
 #pragma unroll
         for (int i = 0; i < kChunkTiles; ++i) {
-          const uint32_t s = (use + i) % kStages;
-          pipeline::wait(&ctl.full[s], ((use + i) / kStages) & 1);
-          issue(s, 0xFu, i > 0);
+          wait_stage(use + i);
+          issue(use + i, 0xFu, i > 0);
           if (i > 0) {
             wgmma::wait<1>();
-            pipeline::arrive(&ctl.empty[previous]);
+            release(use + i - 1);
           }
-          previous = s;
         }
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
-        const float* f = stage_factors(previous);
+        const uint32_t last = use + kChunkTiles - 1;
+        const float* f = stage_factors(last % kStages);
         promote(acc, sums, f[acc_row], f[acc_row + 8], f + kTileM);
-        pipeline::arrive(&ctl.empty[previous]);
+        release(last);
         step += kChunkTiles, use += kChunkTiles;
         continue;
       }
@@ -601,8 +717,8 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
         const uint32_t s = use % kStages, high = high_next;
         if (kHigh && step + 1 < chunk_end) high_next = high_mask(step + 1);
         const float* f = stage_factors(s);
-        pipeline::wait(&ctl.full[s], (use / kStages) & 1);
-        issue(s, 0xFu & ~high, uniform && step > chunk_first);
+        wait_stage(use);
+        issue(use, 0xFu & ~high, uniform && step > chunk_first);
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
         if (!uniform || step + 1 == chunk_end)
@@ -612,7 +728,7 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
           const uint32_t scales0 = scales[acc_row], scales1 = scales[acc_row + 8];
           for (int j = 0; j < 4; ++j) {
             if (((high >> j) & 1u) == 0) continue;
-            issue_block(s, j);
+            issue_block(use, j);
             wgmma::wait<0>();
             wgmma::fence_operands(sums);
             // 2^(scale - 127): the scale byte into fp32's exponent field.
@@ -620,7 +736,7 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
                     __uint_as_float(((scales1 >> (8 * j)) & 0xFFu) << 23), f + kTileM);
           }
         }
-        pipeline::arrive(&ctl.empty[s]);  // its MMAs and factors are done
+        release(use);  // its MMAs and factors are done
       }
     }
 
@@ -647,15 +763,16 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
 
 // Two variants run one after the other: the plain one takes the foldable tiles whose A rows have
 // no high blocks (and, with exact_here, the tiles that do not fold), the kHigh one the others
-// (its CTAs return at once when A has none: the common case pays nothing for it).
-template <bool kHigh>
-__global__ void __launch_bounds__(kThreads, 1)
+// (its CTAs return at once when A has none: the common case pays nothing for it). kConvert: B's
+// codes are converted in the kernel (cuda.int8_bconv_128x128) by two more warpgroups.
+template <bool kHigh, bool kConvert>
+__global__ void __launch_bounds__(kThreads<kConvert>, 1)
     gemm_int8_kernel(const __grid_constant__ GemmProblem p, const __grid_constant__ StagedOperand a,
                      const __grid_constant__ StagedOperand b,
                      const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b, int exact_here) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using L = Layout<kHigh>;
+  using L = Layout<kHigh, kConvert>;
   if constexpr (kHigh) {
     // Return at once unless some 128-row block of A has high blocks (warp 0 looks).
     bool any = false;
@@ -667,30 +784,38 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
                                                      // 1024-aligned
-  Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);
+  auto& ctl = *reinterpret_cast<ControlOf<kHigh, kConvert>*>(smem + L::kControlOffset);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      pipeline::init(&ctl.full[i], 1);                // the producer's expect-tx arrival
-      pipeline::init(&ctl.empty[i], 2 * kWarpgroup);  // every consumer thread
+    for (int i = 0; i < L::kStages; ++i) {
+      pipeline::init(&ctl.full[i], 1);  // the producer's expect-tx arrival
+      // Every consumer thread (and kConvert every converter thread).
+      pipeline::init(&ctl.empty[i], (kConvert ? 4 : 2) * kWarpgroup);
+    }
+    for (int i = 0; i < L::kConvStages; ++i) {
+      pipeline::init(&ctl.conv_full[i], 2 * kWarpgroup);   // every converter thread
+      pipeline::init(&ctl.conv_empty[i], 2 * kWarpgroup);  // every consumer thread
     }
     pipeline::fence_init();
     pipeline::prefetch_map(&map_a);
     pipeline::prefetch_map(&map_b);
   }
   if constexpr (kHigh) {
-    for (int i = static_cast<int>(threadIdx.x); i < L::kZeroBytes / 16; i += kThreads)
+    for (int i = static_cast<int>(threadIdx.x); i < L::kZeroBytes / 16; i += kThreads<kConvert>)
       reinterpret_cast<uint4*>(smem + L::kZeroOffset)[i] = make_uint4(0, 0, 0, 0);
     wgmma::fence_shared_for_async();  // the MMAs read the zeros through the async proxy
   }
   __syncthreads();
   const fold::StagedVerdicts verdicts{a.blocks, b.blocks};
-  if (threadIdx.x < kWarpgroup) {
-    pipeline::shrink_registers<kProducerRegisters>();
-    produce_tiles<kHigh>(p, a, b, verdicts, &map_a, &map_b, smem, ctl);
-  } else {
-    pipeline::grow_registers<kConsumerRegisters>();
-    consume_tiles<kHigh>(p, a, b, verdicts, exact_here != 0, smem, ctl,
-                         threadIdx.x / kWarpgroup - 1);
+  const int role = static_cast<int>(threadIdx.x) / kWarpgroup;
+  if (role == 0) {
+    pipeline::shrink_registers<kProducerRegisters<kConvert>>();
+    produce_tiles<kHigh, kConvert>(p, a, b, verdicts, &map_a, &map_b, smem, ctl);
+  } else if (role <= 2) {
+    pipeline::grow_registers<kConsumerRegisters<kConvert>>();
+    consume_tiles<kHigh, kConvert>(p, a, b, verdicts, exact_here != 0, smem, ctl, role - 1);
+  } else if constexpr (kConvert) {
+    pipeline::shrink_registers<kConverterRegisters>();
+    convert_tiles<kHigh>(p, a, verdicts, smem, ctl, static_cast<int>(threadIdx.x) - 3 * kWarpgroup);
   }
 #else
   (void)p, (void)a, (void)b, (void)map_a, (void)map_b, (void)exact_here;
@@ -707,6 +832,7 @@ StagedOperand staged_operand(uint8_t* base, const StagedOperandLayout& l) {
                        reinterpret_cast<uint32_t*>(base + l.chunk_uniform),
                        l.high_masks ? base + l.high_masks : nullptr,
                        l.high_scales ? reinterpret_cast<uint32_t*>(base + l.high_scales) : nullptr,
+                       l.shifts ? reinterpret_cast<uint32_t*>(base + l.shifts) : nullptr,
                        l.rows,
                        l.padded_rows,
                        l.padded_k,
@@ -738,13 +864,36 @@ std::string gemm_int8_why_not(const GemmProblem& p) {
   return {};
 }
 
-void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
+std::string gemm_int8_bconv_why_not(const GemmProblem& p) {
+  if (std::string why = gemm_int8_why_not(p); !why.empty()) return why;
+  if (p.b.layout != A4W4_LAYOUT_PLAIN)
+    return "B must be plain (cuda.int8_128x128 stages a prepared B)";
+  // Its tiles that do not fold always go to the bf16 family.
+  if (std::string why = gemm_bf16_why_not(p); !why.empty())
+    return why + " (the bf16 family takes the tiles that do not fold)";
+  return {};
+}
+
+namespace {
+
+// One call of the family: the staging pass (A's high blocks first: it folds them apart; then A's
+// and B's chunks; then the summaries), both GEMM variants, and the bf16 family over the tiles that
+// do not fold where it applies (exact, ~300 TFLOP/s), else the generic exact tile code inside the
+// plain variant (~30 TFLOP/s). kConvert: B is not staged (only its factors and shifts are); the
+// GEMM converts its codes.
+template <bool kConvert>
+void run_family(const GemmProblem& p) {
   DeviceGuard guard(p.device.ordinal);
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const StagingWorkspace w(p.m, p.n, p.k);
   auto* base = static_cast<uint8_t*>(p.workspace);
-  const StagedOperand a = staged_operand(base, w.a), b = staged_operand(base + w.b_offset, w.b);
-  // A's high blocks first: the staging pass folds them apart.
+  const StagedOperand a = staged_operand(base, w.a);
+  StagedOperand b = staged_operand(base + w.b_offset, w.b);
+  if constexpr (kConvert) {
+    b.values = nullptr;  // B: factors and shifts only
+  } else {
+    b.shifts = nullptr;  // B: staged as int8
+  }
   high_blocks_kernel<<<static_cast<unsigned>(a.padded_rows / kTileM * a.chunks), 256, 0, stream>>>(
       p.a, a, static_cast<int>(p.k / 32));
   check_launch("high_blocks_kernel");
@@ -760,23 +909,36 @@ void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
   summarize_kernel<<<static_cast<unsigned>(row_blocks), 256, 0, stream>>>(a, b);
   check_launch("summarize_kernel");
 
-  const CUtensorMap map_a = staged_map(a), map_b = staged_map(b);
+  const CUtensorMap map_a = staged_map(a);
+  // kConvert: B's codes, 128 rows x 64 bytes per K tile (rows and bytes past the end read as 0).
+  const CUtensorMap map_b = kConvert ? tma::packed_map(p.b, p.n, p.k, kStepK / 2, kTileN,
+                                                       "cuda.int8_bconv")
+                                     : staged_map(b);
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
-  // Tiles that do not fold go to the bf16 family where it applies (exact, ~300 TFLOP/s), else to
-  // the generic exact tile code inside the plain variant (~30 TFLOP/s).
   const bool bf16_takes_the_rest = gemm_bf16_why_not(p).empty();
   const auto launch = [&](auto kernel, size_t bytes, const char* what) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(bytes)),
                what);
-    kernel<<<static_cast<unsigned>(grid), kThreads, bytes, stream>>>(p, a, b, map_a, map_b,
-                                                                     bf16_takes_the_rest ? 0 : 1);
+    kernel<<<static_cast<unsigned>(grid), kThreads<kConvert>, bytes, stream>>>(
+        p, a, b, map_a, map_b, bf16_takes_the_rest ? 0 : 1);
     check_launch(what);
   };
-  launch(gemm_int8_kernel<false>, Layout<false>::kBytes, "gemm_int8_kernel");
-  launch(gemm_int8_kernel<true>, Layout<true>::kBytes, "gemm_int8_kernel (high blocks)");
+  launch(gemm_int8_kernel<false, kConvert>, Layout<false, kConvert>::kBytes, "gemm_int8_kernel");
+  launch(gemm_int8_kernel<true, kConvert>, Layout<true, kConvert>::kBytes,
+         "gemm_int8_kernel (high blocks)");
   if (bf16_takes_the_rest) gemm_bf16_unfolded_tiles(p, fold::StagedVerdicts{a.blocks, b.blocks});
+}
+
+}  // namespace
+
+void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
+  run_family<false>(p);
+}
+
+void gemm_int8_bconv_128x128(const GemmProblem& p, const ExecConfig&) {
+  run_family<true>(p);
 }
 
 }  // namespace a4w4::cuda
