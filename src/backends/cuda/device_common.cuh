@@ -227,15 +227,16 @@ __device__ __forceinline__ void store_pair(const GemmProblem& p, int64_t m, int6
     *reinterpret_cast<uint2*>(static_cast<float*>(p.d) + index) =
         make_uint2(isnan(x) ? numerics::kCanonicalNanF32 : __float_as_uint(x),
                    isnan(y) ? numerics::kCanonicalNanF32 : __float_as_uint(y));
+  } else if (p.d_dtype == A4W4_DTYPE_BF16) {
+    const uint32_t lo = isnan(x) ? numerics::kCanonicalNanBf16
+                                 : __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    const uint32_t hi = isnan(y) ? numerics::kCanonicalNanBf16
+                                 : __bfloat16_as_ushort(__float2bfloat16_rn(y));
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) = lo | hi << 16;
   } else {
-    // bf16 or fp16, each rounded once, NaN canonical.
-    const bool bf16 = p.d_dtype == A4W4_DTYPE_BF16;
-    const auto bits = [bf16](float v) -> uint32_t {
-      if (bf16)
-        return isnan(v) ? numerics::kCanonicalNanBf16 : __bfloat16_as_ushort(__float2bfloat16_rn(v));
-      return isnan(v) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(v));
-    };
-    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) = bits(x) | bits(y) << 16;
+    const uint32_t lo = isnan(x) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(x));
+    const uint32_t hi = isnan(y) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(y));
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) = lo | hi << 16;
   }
 }
 
