@@ -116,8 +116,9 @@ Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad,
   if (kind == kFoldPeakScales)
     for (size_t i = 0; i < p.data.size(); ++i) {
       const bool even_row = static_cast<int64_t>(i) / (p.stride / 2) % 2 == 0;
-      p.data[i] = even_row ? 0x77 : static_cast<uint8_t>((rng() % 2 ? 0x07 : 0x0F) |
-                                                         (rng() % 2 ? 0x70 : 0xF0));
+      p.data[i] = even_row
+                      ? 0x77
+                      : static_cast<uint8_t>((rng() % 2 ? 0x07 : 0x0F) | (rng() % 2 ? 0x70 : 0xF0));
     }
   std::uniform_int_distribution<int> narrow(117, 137), any(0, 254), base(100, 150), near(0, 3);
   std::uniform_real_distribution<double> unit(0, 1);
@@ -585,7 +586,8 @@ void CudaBackend::run_int8_family(const char* kernel) {
       for (int64_t n : {128, 200, 456})
         for (int scales : {kFoldScales, kNarrowScales, kWideScales}) {
           if (scales != kFoldScales && (m + n + k + scales) % 2 != 0) continue;  // keeps it quick
-          const GemmCase c{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0, kernel, 0};
+          const GemmCase c{m,      n,     k, outs[v % 3], v % 2 == 0, v % 3 != 1,
+                           scales, false, 0, kernel,      0};
           ++v;
           if (!applies(c)) continue;
           run_case(ctx_, rng_, c);
@@ -640,71 +642,76 @@ void CudaBackend::run_int8_family(const char* kernel) {
   }
 }
 
+// A [m, k] and B [n, k] of zero codes with scale 127 and an fp32 D [m, n] of 0x7F bytes on device
+// 0, for the tests of what the staging kernels refuse (D must stay untouched).
+struct ZeroOperands {
+  int64_t m, n, k;
+  DeviceBuffer a, as, b, bs, d;
+  a4w4_tensor ta, tas, tb, tbs, td;
+  ZeroOperands(int64_t rows, int64_t cols, int64_t depth)
+      : m(rows),
+        n(cols),
+        k(depth),
+        a(m * k / 2),
+        as(m * k / 32),
+        b(n * k / 2),
+        bs(n * k / 32),
+        d(m * n * 4) {
+    const a4w4_device gpu = a4w4_cuda(0);
+    EXPECT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
+    EXPECT_EQ(cudaMemset(b.get(), 0, n * k / 2), cudaSuccess);
+    EXPECT_EQ(cudaMemset(as.get(), 127, m * k / 32), cudaSuccess);
+    EXPECT_EQ(cudaMemset(bs.get(), 127, n * k / 32), cudaSuccess);
+    EXPECT_EQ(cudaMemset(d.get(), 0x7F, m * n * 4), cudaSuccess);
+    ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+    tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+    tb = tensor(b.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+    tbs = tensor(bs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+    td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  }
+  a4w4_status gemm(a4w4_context ctx, const a4w4_gemm_options& options) {
+    return a4w4_gemm(ctx, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr);
+  }
+  bool untouched() const {
+    std::vector<uint32_t> host(m * n);
+    EXPECT_EQ(cudaMemcpy(host.data(), d.get(), m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (uint32_t x : host)
+      if (x != 0x7F7F7F7Fu) return false;
+    return true;
+  }
+};
+
 TEST_F(CudaBackend, Int8BconvNeedsKMultipleOf64) {
   // cuda.int8_bconv_128x128 leaves its tiles that do not fold to the bf16 family, so it takes only
   // the problems that family takes (K % 64 == 0): others are refused by name, D untouched.
-  const a4w4_device gpu = a4w4_cuda(0);
-  const int64_t m = 256, n = 256, k = 96;
-  DeviceBuffer a(m * k / 2), as(m * k / 32), b(n * k / 2), bs(n * k / 32), d(m * n * 4);
-  ASSERT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
-  ASSERT_EQ(cudaMemset(b.get(), 0, n * k / 2), cudaSuccess);
-  ASSERT_EQ(cudaMemset(as.get(), 127, m * k / 32), cudaSuccess);
-  ASSERT_EQ(cudaMemset(bs.get(), 127, n * k / 32), cudaSuccess);
-  ASSERT_EQ(cudaMemset(d.get(), 0x7F, m * n * 4), cudaSuccess);
+  ZeroOperands z(256, 256, 96);
   size_t bytes = 0;
-  ASSERT_EQ(a4w4_gemm_workspace_size(m, n, k, &bytes), A4W4_SUCCESS);
+  ASSERT_EQ(a4w4_gemm_workspace_size(z.m, z.n, z.k, &bytes), A4W4_SUCCESS);
   DeviceBuffer workspace(bytes);
-  ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, workspace.get(), bytes), A4W4_SUCCESS);
-  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
-  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
-  a4w4_tensor tb = tensor(b.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
-  a4w4_tensor tbs = tensor(bs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
-  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(0), workspace.get(), bytes), A4W4_SUCCESS);
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);
   options.kernel = "cuda.int8_bconv_128x128";
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_EQ(z.gemm(ctx_, options), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
   EXPECT_NE(std::string(a4w4_last_error_message()).find("multiple of 64"), std::string::npos)
       << a4w4_last_error_message();
-  std::vector<uint32_t> host(m * n);
-  ASSERT_EQ(cudaMemcpy(host.data(), d.get(), m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (uint32_t x : host) ASSERT_EQ(x, 0x7F7F7F7Fu);
+  EXPECT_TRUE(z.untouched());
   // cuda.int8_128x128 takes the same problem.
   options.kernel = "cuda.int8_128x128";
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_SUCCESS)
-      << a4w4_last_error_message();
+  EXPECT_EQ(z.gemm(ctx_, options), A4W4_SUCCESS) << a4w4_last_error_message();
 }
 
 TEST_F(CudaBackend, StagingKernelsNeedTheContextsWorkspace) {
   // cuda.int8_128x128 stages A and B in the context's workspace: without one (or with one too
   // small, or on the call's operands) it is refused by name and never chosen; D stays untouched.
   const a4w4_device gpu = a4w4_cuda(0);
-  const int64_t m = 256, n = 256, k = 256;
-  DeviceBuffer a(m * k / 2), as(m * k / 32), b(n * k / 2), bs(n * k / 32), d(m * n * 4);
-  ASSERT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
-  ASSERT_EQ(cudaMemset(b.get(), 0, n * k / 2), cudaSuccess);
-  ASSERT_EQ(cudaMemset(as.get(), 127, m * k / 32), cudaSuccess);
-  ASSERT_EQ(cudaMemset(bs.get(), 127, n * k / 32), cudaSuccess);
-  ASSERT_EQ(cudaMemset(d.get(), 0x7F, m * n * 4), cudaSuccess);
-  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
-  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
-  a4w4_tensor tb = tensor(b.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
-  a4w4_tensor tbs = tensor(bs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
-  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  ZeroOperands z(256, 256, 256);
+  const int64_t m = z.m, n = z.n, k = z.k;
+  DeviceBuffer& d = z.d;
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);
   options.kernel = "cuda.int8_128x128";
-  auto untouched = [&] {
-    std::vector<uint32_t> host(m * n);
-    EXPECT_EQ(cudaMemcpy(host.data(), d.get(), m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (uint32_t x : host)
-      if (x != 0x7F7F7F7Fu) return false;
-    return true;
-  };
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_EQ(z.gemm(ctx_, options), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
   EXPECT_NE(std::string(a4w4_last_error_message()).find("workspace"), std::string::npos)
       << a4w4_last_error_message();
   size_t bytes = 0;
@@ -712,23 +719,20 @@ TEST_F(CudaBackend, StagingKernelsNeedTheContextsWorkspace) {
   EXPECT_GE(bytes, static_cast<size_t>((m + n) * k));
   DeviceBuffer workspace(bytes);
   ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, workspace.get(), bytes - 256), A4W4_SUCCESS);
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_EQ(z.gemm(ctx_, options), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
   EXPECT_NE(std::string(a4w4_last_error_message()).find(std::to_string(bytes)), std::string::npos)
       << a4w4_last_error_message();
   // The chooser takes another kernel meanwhile (never this one without its workspace).
   options.kernel = nullptr;
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_SUCCESS);
+  EXPECT_EQ(z.gemm(ctx_, options), A4W4_SUCCESS);
   ASSERT_EQ(cudaMemset(d.get(), 0x7F, m * n * 4), cudaSuccess);
   options.kernel = "cuda.int8_128x128";
   // A workspace that overlaps an operand (here D itself).
   ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, d.get(), m * n * 4), A4W4_SUCCESS);
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(z.gemm(ctx_, options), A4W4_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(a4w4_last_error_message()).find("workspace"), std::string::npos)
       << a4w4_last_error_message();
-  EXPECT_TRUE(untouched());
+  EXPECT_TRUE(z.untouched());
   // Bad workspaces are refused where they are set.
   std::vector<uint8_t> host(1024);
   EXPECT_EQ(a4w4_context_set_workspace(ctx_, gpu, host.data(), 1024), A4W4_ERROR_DEVICE_MISMATCH);
@@ -738,8 +742,7 @@ TEST_F(CudaBackend, StagingKernelsNeedTheContextsWorkspace) {
             A4W4_ERROR_NO_DEVICE);
   // The right one: the kernel runs, and D is the product of zeros.
   ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, workspace.get(), bytes), A4W4_SUCCESS);
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_SUCCESS);
+  EXPECT_EQ(z.gemm(ctx_, options), A4W4_SUCCESS);
   std::vector<float> out(m * n, 1.0f);
   ASSERT_EQ(cudaMemcpy(out.data(), d.get(), m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (float x : out) ASSERT_EQ(x, 0.0f);
