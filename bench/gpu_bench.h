@@ -8,30 +8,23 @@
 #include <string>
 #include <vector>
 
+#include "bench_data.h"
 #include "shapes.h"
 
 namespace a4w4::bench {
-
-// The operands a4w4 is timed on. kTypical: random codes, block scales 125..127 (every 128-K tile
-// and every chunk of 8 folds); kWide: scales 120..135 (nothing folds); kDrift: each K tile's
-// scales within 3 binades but the tiles' bases 4 binades apart in turn (tiles fold, chunks do
-// not); kGaussian: bf16 data quantized by a4w4_quantize (RCEIL) — A and B Gaussian rows with
-// sigmas over 2 binades; kOutliers: the same, A with 0.5% outlier channels 32x larger (as LLM
-// activations have).
-enum class BenchData { kTypical, kWide, kDrift, kGaussian, kOutliers };
 
 // A line saying what BenchData is.
 std::string describe(BenchData data);
 
 struct GpuBenchOptions {
   int device = 0;
-  int samples = 30;           // timed graph launches per figure; the median is reported
-  double graph_us = 2000.0;   // aim for graphs of about this many microseconds
-  bool baselines = true;      // also time cuBLAS bf16 and cuBLASLt fp8
+  int samples = 30;              // timed graph launches per figure; the median is reported
+  double graph_us = 2000.0;      // aim for graphs of about this many microseconds
+  bool baselines = true;         // also time cuBLAS bf16 and cuBLASLt fp8
   bool prepared_weights = true;  // time a4w4 on a prepared B
   bool plain_weights = true;     // time a4w4 on a plain (not prepared) B
   BenchData data = BenchData::kTypical;
-  std::string kernel;         // "" = dispatch
+  std::string kernel;  // "" = dispatch
   int split_k = 0;
   std::string out_dtype = "bf16";
   std::string tuned;               // a tuned configuration to load ("": none, or A4W4_TUNED_CONFIG)
@@ -47,7 +40,7 @@ struct GpuBenchRow {
   // The faster of the layouts timed: what the rates and speed-ups are computed from.
   double best_us() const {
     return a4w4_us > 0 && (a4w4_plain_us <= 0 || a4w4_us <= a4w4_plain_us) ? a4w4_us
-                                                                            : a4w4_plain_us;
+                                                                           : a4w4_plain_us;
   }
   double bytes = 0, flops = 0;
   double floor_us = 0;  // max(bytes / 4.8 TB/s, flops / 1979 TFLOP/s): shared/docs/targets.md

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "a4w4/a4w4.h"
+#include "bench_data.h"
 #include "commands.h"
 #include "common.h"
 #include "shape_selection.h"
@@ -34,8 +35,8 @@ struct BenchSettings {
   bool workspace = true;
   bool plain = true;
   bool prepared = true;
-  std::string data = "typical";
-  bool wide_scales = false;  // --wide-scales: --data wide
+  std::string data = "typical";  // a key of bench::bench_data_names()
+  bool wide_scales = false;      // --wide-scales: --data wide
   bool quantize = false;
   std::string kernel;
   int split_k = 0;
@@ -146,8 +147,9 @@ void run_bench(const BenchSettings& s) {
   const std::vector<bench::Shape> shapes = selected_shapes(s);
   if (s.backend == A4W4_BACKEND_CPU) {
     if (s.data != "typical" || s.wide_scales)
-      fail("--data and --wide-scales choose the GPU benchmark's operands; the CPU benchmark "
-           "times random codes with block scales 120..135");
+      fail(
+          "--data and --wide-scales choose the GPU benchmark's operands; the CPU benchmark "
+          "times random codes with block scales 120..135");
     return run_cpu_bench(s, shapes);
   }
   int devices = 0;
@@ -160,12 +162,7 @@ void run_bench(const BenchSettings& s) {
   options.baselines = s.baselines;
   options.plain_weights = s.plain;
   options.prepared_weights = s.prepared;
-  const std::string data = s.wide_scales ? "wide" : s.data;
-  options.data = data == "wide"       ? bench::BenchData::kWide
-                 : data == "drift"    ? bench::BenchData::kDrift
-                 : data == "gaussian" ? bench::BenchData::kGaussian
-                 : data == "outliers" ? bench::BenchData::kOutliers
-                                      : bench::BenchData::kTypical;
+  options.data = bench::bench_data_names().at(s.wide_scales ? "wide" : s.data);
   options.kernel = s.kernel;
   options.split_k = s.split_k;
   options.out_dtype = s.out_dtype;
@@ -232,7 +229,7 @@ void add_bench_command(CLI::App& app) {
                                 "125..127), wide (scales 120..135: nothing folds), drift (each "
                                 "128-K tile folds, no chunk of 8 does), gaussian (Gaussian bf16 "
                                 "quantized by a4w4), outliers (the same, A with outlier channels)")
-                   ->check(CLI::IsMember({"typical", "wide", "drift", "gaussian", "outliers"}));
+                   ->check(CLI::IsMember(bench::bench_data_names()));
   command
       ->add_flag("--wide-scales", settings->wide_scales,
                  "Block scales spread over 120..135 (defeats scale folding): --data wide")
