@@ -84,11 +84,11 @@ constexpr std::array kGemmKernels = {
                cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},
     // The same exact int8 path staging only A (and B's scales): two more warpgroups convert B's
     // codes into each stage, so no pass writes B as int8 before the GEMM. The converters bound its
-    // main loop (H200: 1.6x slower than cuda.int8_128x128 at M >= 1024, 1.16x faster at
+    // main loop (H200: 1.2-1.8x slower than cuda.int8_128x128 from M = 384, 4-12% faster at
     // 256 x 8192 x 8192, where B's staging dominates), so the heuristic ranks it below; the tuner
     // chooses it where it wins.
-    GemmKernel{"cuda.int8_bconv_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128,
-               1, false, false, 65, 0, 16.0,
+    GemmKernel{"cuda.int8_bconv_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
+               false, false, 65, 0, 16.0,
                "sm_90a; plain A and B with 16-byte aligned rows; a context workspace of "
                "a4w4_gemm_workspace_size bytes; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_int8_bconv_why_not, cuda::gemm_int8_bconv_128x128},

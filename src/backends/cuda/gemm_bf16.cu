@@ -637,8 +637,9 @@ void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, n
                            static_cast<int>(L::kBytes)),
       "cudaFuncSetAttribute(gemm_bf16_kernel)");
   const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM / 2);  // per consumer warpgroup
-  const CUtensorMap map_b = p.b.layout == A4W4_LAYOUT_PLAIN ? packed_map(p.b, p.n, p.k, kTileN)
-                                                            : tma::prepared_map(p.b, p.n, p.k, kTileN, "cuda.bf16");
+  const CUtensorMap map_b = p.b.layout == A4W4_LAYOUT_PLAIN
+                                ? packed_map(p.b, p.n, p.k, kTileN)
+                                : tma::prepared_map(p.b, p.n, p.k, kTileN, "cuda.bf16");
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
   gemm_bf16_kernel<kTileN>

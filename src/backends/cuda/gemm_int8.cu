@@ -89,7 +89,7 @@ static_assert(kLaunchRegisters<true> * kThreads<true> <= 65536 &&
               kLaunchRegisters<false> * kThreads<false> <= 65536);
 
 constexpr int kGroupM = 8;  // tiles walk 8 tile rows per column, so B tiles are reused from L2
-constexpr int kChunkTiles = StagedOperandLayout::kChunkTiles;  // K tiles per staging warp
+constexpr int kChunkTiles = StagedOperandLayout::kChunkTiles;  // K tiles per chunk
 // Named barriers: 0 is __syncthreads; the generic fallback tiles of consumer warpgroups 0 and 1
 // sync on 2 and 3 (persistent::exact_rows).
 
@@ -104,10 +104,10 @@ __host__ __device__ constexpr int factor_slot(int n) {
 
 // One operand's staged form in the workspace (dispatch/workspace.h).
 struct StagedOperand {
-  int8_t* values;       // [rows][padded_k], folded int8
-  float* factors;       // [k_tiles][padded_rows]: 2^(base - 127) (A) or 2^(base - 129) (B)
-  uint32_t* summaries;  // [chunks][rows]: fold::FoldSummary words
-  uint32_t* blocks;     // [padded_rows / 128]: the same over 128 rows (fold::StagedVerdicts)
+  int8_t* values;           // [rows][padded_k], folded int8
+  float* factors;           // [k_tiles][padded_rows]: 2^(base - 127) (A) or 2^(base - 129) (B)
+  uint32_t* summaries;      // [chunks][rows]: fold::FoldSummary words
+  uint32_t* blocks;         // [padded_rows / 128]: the same over 128 rows (fold::StagedVerdicts)
   uint32_t* chunk_uniform;  // [padded_rows / 128][chunks]: 1 when every row folds the chunk to
                             // one base and no tile of it has high blocks
   // A only (nullptr for B): per (128 rows, K tile) the mask of high blocks (bit j: block j of the
@@ -128,7 +128,7 @@ struct StagingJob {
   StagedOperand staged;
   uint32_t factor_shift;  // 0 for A, 2 for B: the 1/4 that undoes the doubling of both operands
   bool permute_factors;   // B: in each 128 rows, in the order the consumers read them (below)
-  int64_t tasks;          // (row, chunk) pairs: padded_rows * chunks, one warp each
+  int64_t tasks;          // (row, chunk) pairs: padded_rows * chunks, 32 per CTA turn
 };
 
 // The rings' barriers. Stages: producer (TMA) -> consumers -> producer; with kConvert, a stage
@@ -279,8 +279,8 @@ __device__ __forceinline__ void fold_tile(const StagingJob& job, int64_t row, in
   const bool present = tile < s.k_tiles, real = row < s.rows;
   const uint32_t scales = present && real ? tile_scales(job.source, row, tile, blocks) : 0u;
   // Blocks past K take part as the tile's first block (tile_scales); tiles past K do not.
-  const uint32_t high = kHigh && present && real ? s.high_masks[row / kTileM * s.k_tiles + tile]
-                                                 : 0u;
+  const uint32_t high =
+      kHigh && present && real ? s.high_masks[row / kTileM * s.k_tiles + tile] : 0u;
   const uint32_t normal = present && real ? 0xFu & ~high : 0u;
   uint32_t tile_lo, tile_hi;
   byte_range(scales, normal, tile_lo, tile_hi);
@@ -473,8 +473,7 @@ __global__ void __launch_bounds__(256, 4)
 template <bool kHigh, bool kConvert>
 __device__ void produce_stages(const StagedOperand& a, const StagedOperand& b, int64_t m0,
                                int64_t n0, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                               uint8_t* smem, ControlOf<kHigh, kConvert>& ctl,
-                               uint32_t& use) {
+                               uint8_t* smem, ControlOf<kHigh, kConvert>& ctl, uint32_t& use) {
   using L = Layout<kHigh, kConvert>;
   for (int step = 0; step < a.k_tiles; ++step, ++use) {
     const uint32_t s = use % L::kStages;
@@ -616,9 +615,9 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
            wg * 64 * 128 / 16;
   };
   const auto b_descriptor = [&](uint32_t u) {
-    return wgmma::descriptor(wgmma::shared_address(
-        kConvert ? smem + L::kConvOffset + u % kConvStages * L::kOperandBytes
-                 : smem + u % kStages * L::kStageBytes + L::kOperandBytes));
+    return wgmma::descriptor(
+        wgmma::shared_address(kConvert ? smem + L::kConvOffset + u % kConvStages * L::kOperandBytes
+                                       : smem + u % kStages * L::kStageBytes + L::kOperandBytes));
   };
   const float* all_factors = reinterpret_cast<const float*>(smem + L::kFactorOffset);
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
@@ -635,8 +634,8 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
       if constexpr (!kHigh && !kConvert) {
         if (exact_here)
           persistent::exact_rows<kTileN>(
-              p, rows0, n0, thread,
-              reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset), wg);
+              p, rows0, n0, thread, reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset),
+              wg);
       }
       continue;
     }
@@ -911,9 +910,9 @@ void run_family(const GemmProblem& p) {
 
   const CUtensorMap map_a = staged_map(a);
   // kConvert: B's codes, 128 rows x 64 bytes per K tile (rows and bytes past the end read as 0).
-  const CUtensorMap map_b = kConvert ? tma::packed_map(p.b, p.n, p.k, kStepK / 2, kTileN,
-                                                       "cuda.int8_bconv")
-                                     : staged_map(b);
+  const CUtensorMap map_b =
+      kConvert ? tma::packed_map(p.b, p.n, p.k, kStepK / 2, kTileN, "cuda.int8_bconv")
+               : staged_map(b);
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
   const bool bf16_takes_the_rest = gemm_bf16_why_not(p).empty();
