@@ -60,6 +60,8 @@ class CudaBackend : public ::testing::Test {
   void TearDown() override { a4w4_context_destroy(ctx_); }
   // Int8FamilyMatchesTheReference's cases for one kernel of the int8 family.
   void run_int8_family(const char* kernel);
+  // SkinnyMatchesTheReference's cases, run with the context's current workspace (or none).
+  void run_skinny_cases();
   a4w4_context ctx_ = nullptr;
   std::mt19937_64 rng_{20261129};
 };
@@ -464,6 +466,26 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
 }
 
 TEST_F(CudaBackend, SkinnyMatchesTheReference) {
+  // cuda.skinny converts each K tile's activations in every CTA without a workspace, and once for
+  // the call into the context's workspace (records that the CTAs copy) with one: both ways.
+  {
+    SCOPED_TRACE("no workspace: activations converted per CTA");
+    run_skinny_cases();
+    if (HasFatalFailure()) return;
+  }
+  // The size that lets every kernel run for the largest case, filled with garbage: nothing may
+  // read what the staging kernel did not write.
+  size_t bytes = 0;
+  ASSERT_EQ(a4w4_gemm_workspace_size(64, 1000, 16384, &bytes), A4W4_SUCCESS);
+  DeviceBuffer workspace(bytes);
+  ASSERT_NE(workspace.get(), nullptr);
+  ASSERT_EQ(cudaMemset(workspace.get(), 0xC3, bytes), cudaSuccess);
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(0), workspace.get(), bytes), A4W4_SUCCESS);
+  SCOPED_TRACE("workspace: activations staged once per call");
+  run_skinny_cases();
+}
+
+void CudaBackend::run_skinny_cases() {
   // cuda.skinny: every activation-row count it pads to (8, 16, 32, 64) with M below, at and past
   // each; plain and prepared B; K from one block to many K tiles, partial last tiles (K % 128 !=
   // 0) and splits of the K tiles over a cluster; ragged N (a column tile past N, warps without
