@@ -387,8 +387,8 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
     // The block of word q: q for a prepared B, the lane's block t for a plain one.
     const int block = kPrepared ? q : t;
     fold::WeightBlock& b = tile.words[q];
-    b = fold::weight_block(words_g[q], words_h[q], (fg.shifts >> (8 * block)) & 0xFFu,
-                           (fh.shifts >> (8 * block)) & 0xFFu);
+    b = fold::weight_block(words_g[q], words_h[q], fg.shifts >> (8 * block),
+                           fh.shifts >> (8 * block));
     if constexpr (kSigned)
 #pragma unroll
       for (int r = 0; r < 4; ++r) b.positive[r] = signed_s8x4(b.positive[r], b.negative[r]);
@@ -542,7 +542,8 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       // The descriptor's start address counts 16-byte units (shared memory < 2^18 bytes: no carry).
-      const uint64_t activations = slot0_descriptor + (slot * R::kSlotStride + 32 * q) / 16;
+      const uint64_t activations =
+          slot0_descriptor + static_cast<uint32_t>(slot) * (R::kSlotStride / 16) + 2 * q;
       if constexpr (kSigned) {
         wgmma::mma_m64n64k32_rs<true>(sums_pos, w.words[q].positive, activations, q > 0);
       } else {

@@ -156,14 +156,20 @@ struct WeightBlock {
   neg_first = permute(table_lo, table_hi, flipped);
   neg_second = permute(table_lo, table_hi, flipped >> 16);
 }
+// The magnitude table shifted left by `shift` mod 32: a row's shifts word moved right by 8 j
+// serves as block j's shift without masking the higher bytes off (a folded row's d <= 3 leaves
+// bits 2..7 of each byte zero; a row that does not fold never reaches the fast path).
+[[maybe_unused]] __device__ __forceinline__ uint32_t shifted_table(uint32_t table, uint32_t shift) {
+  return __funnelshift_l(0u, table, shift);
+}
 [[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h,
                                                                      uint32_t shift_g,
                                                                      uint32_t shift_h) {
   WeightBlock w;
-  split_row(row_g, kMagnitudesLo << shift_g, kMagnitudesHi << shift_g, w.positive[0], w.positive[2],
-            w.negative[0], w.negative[2]);
-  split_row(row_h, kMagnitudesLo << shift_h, kMagnitudesHi << shift_h, w.positive[1], w.positive[3],
-            w.negative[1], w.negative[3]);
+  split_row(row_g, shifted_table(kMagnitudesLo, shift_g), shifted_table(kMagnitudesHi, shift_g),
+            w.positive[0], w.positive[2], w.negative[0], w.negative[2]);
+  split_row(row_h, shifted_table(kMagnitudesLo, shift_h), shifted_table(kMagnitudesHi, shift_h),
+            w.positive[1], w.positive[3], w.negative[1], w.negative[3]);
   return w;
 }
 
