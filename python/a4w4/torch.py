@@ -108,7 +108,7 @@ class MXFP4Linear(torch.nn.Module):
     activations [..., in_features] (float32/bfloat16/float16) and returns the input's dtype.
     in_features must be a multiple of 32. Inference only. It runs on ``a4w4.default_context()``: a
     workspace set there (``Context.set_workspace``) lets large batches take the staged int8
-    kernel.
+    kernel and small ones (M <= 64) convert their activations once per call.
     """
 
     def __init__(
