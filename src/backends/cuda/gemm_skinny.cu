@@ -469,8 +469,7 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
       reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
   const bool a_words = fold::scale_words(p.a);
   // Whether this lane's rows exist (the others are read from valid rows and never stored).
-  const int64_t rows_left = p.n - (row0 + 16 * warp + g);
-  const bool g_exists = rows_left > 0, h_exists = rows_left > 8;
+  const bool g_exists = row0 + 16 * warp + g < p.n, h_exists = row0 + 16 * warp + g + 8 < p.n;
   const auto record = [&](int slot) { return smem + slot * R::kSlotStride; };
 
   const WeightSource<kPrepared> source(p, row0);
