@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -78,7 +79,14 @@ double time_calls(const std::function<void(cudaStream_t, int)>& enqueue, cudaStr
   for (int i = 0; i < calls; ++i) enqueue(stream, i);
   cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
   cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cuda_check(cudaGraphLaunch(exec, stream), "graph warm-up");
+  // Warm-up: the graph replayed for warmup_ms, so every configuration is timed at the clocks it
+  // sustains under load.
+  const auto warm_until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.warmup_ms);
+  do {
+    cuda_check(cudaGraphLaunch(exec, stream), "graph warm-up");
+    cuda_check(cudaStreamSynchronize(stream), "graph warm-up");
+  } while (std::chrono::steady_clock::now() < warm_until);
   std::vector<double> per_call;
   for (int s = 0; s < options.samples; ++s) {
     cuda_check(cudaEventRecord(start, stream), "record");
@@ -103,6 +111,7 @@ double time_enqueued(const std::function<void(void* stream, int i)>& enqueue, vo
   GpuBenchOptions options;
   options.samples = samples;
   options.graph_us = graph_us;
+  options.warmup_ms = 0;  // the tuner's candidates run back to back (a4w4 tune, no baselines)
   return time_calls([&](cudaStream_t st, int i) { enqueue(st, i); },
                     static_cast<cudaStream_t>(stream), options);
 }

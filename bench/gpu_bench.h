@@ -32,6 +32,12 @@ struct GpuBenchOptions {
   // Give the contexts a workspace (a4w4_context_set_workspace) sized for the largest shape, as an
   // application would: the staging kernels (cuda.int8_128x128) run only with one.
   bool workspace = true;
+  // How long each configuration (a4w4 and each baseline alike) runs before it is timed. The H200
+  // caps its power in software under load and lowers its clocks for a while after a heavy kernel:
+  // with a few calls of warm-up, a4w4 at 1024x8192x8192 timed right after the previous shape's
+  // cuBLAS baselines ran 15-25% slower than timed first, and cuBLAS itself 170-190 us. After
+  // 200 ms of its own load every configuration runs at the clocks it sustains.
+  int warmup_ms = 200;
 };
 
 struct GpuBenchRow {

@@ -31,6 +31,7 @@ struct BenchSettings {
   std::vector<int64_t> ms;
   a4w4_backend backend = A4W4_BACKEND_CUDA;
   int samples = 30;
+  int warmup_ms = 200;
   bool baselines = true;
   bool workspace = true;
   bool plain = true;
@@ -159,6 +160,7 @@ void run_bench(const BenchSettings& s) {
 #if A4W4_CLI_CUDA
   bench::GpuBenchOptions options;
   options.samples = s.samples;
+  options.warmup_ms = s.warmup_ms;
   options.baselines = s.baselines;
   options.plain_weights = s.plain;
   options.prepared_weights = s.prepared;
@@ -216,6 +218,11 @@ void add_bench_command(CLI::App& app) {
                                   "Backend to time (default cuda)");
   command->add_option("--samples", settings->samples, "Timed repetitions; the median is reported")
       ->check(CLI::Range(3, 10000));
+  command
+      ->add_option("--warmup-ms", settings->warmup_ms,
+                   "How long each configuration (a4w4 and baselines alike) runs before it is "
+                   "timed (default 200: a power-capped GPU is timed at its sustained clocks)")
+      ->check(CLI::Range(0, 60000));
   command->add_flag("!--no-baselines", settings->baselines, "Skip the cuBLAS baselines");
   command->add_flag("!--no-workspace", settings->workspace,
                     "Give a4w4 no device workspace (the staging kernels then do not run)");
