@@ -447,12 +447,14 @@ __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t s
 // into a ring of kStagedSlots with bulk copies, kStagedSlots - 1 tiles ahead. Otherwise the CTA
 // converts each tile's activations itself into a two-slot ring while the previous tile's MMAs run.
 constexpr int kStagedSlots = 4;
+template <bool kStaged>
+constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 
 template <int kTokens, bool kPrepared, bool kStaged>
 __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
     gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kSlots = kStaged ? kStagedSlots : 2;
+  constexpr int kSlots = kSlotsOf<kStaged>;
   using S = Smem<kTokens, kSlots>;
   using R = ActivationRecord<kTokens>;
   constexpr int kAcc = kTokens / 2;
@@ -665,8 +667,8 @@ __global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
 // weights' first loads overlapping it, measured 1-1.5 us faster at M = 16 but 9 us slower at
 // M = 64 x 8192 x 8192 on the H200: not done.)
 template <int kTokens, bool kPrepared>
-__global__ void __launch_bounds__(kThreads) stage_activations_kernel(const GemmProblem p,
-                                                                     uint8_t* records) {
+__global__ void __launch_bounds__(kThreads)
+    stage_activations_kernel(const GemmProblem p, uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using R = ActivationRecord<kTokens>;
   __shared__ __align__(16) uint8_t record[R::kBytes];
@@ -711,7 +713,7 @@ int ctas_per_sm() {
     int blocks = 1;
     const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &blocks, gemm_skinny_kernel<kTokens, kPrepared, kStaged>, kThreads,
-        Smem<kTokens, kStaged ? kStagedSlots : 2>::kBytes);
+        Smem<kTokens, kSlotsOf<kStaged>>::kBytes);
     return status == cudaSuccess && blocks > 0 ? blocks : 1;
   }();
   return count;
@@ -733,7 +735,7 @@ int choose_splits(const GemmProblem& p) {
 
 template <int kTokens, bool kPrepared, bool kStaged>
 void launch_gemm(const GemmProblem& p, const uint8_t* records) {
-  constexpr int kBytes = Smem<kTokens, kStaged ? kStagedSlots : 2>::kBytes;
+  constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
   static_assert(kBytes <= 227 * 1024);
   const auto kernel = gemm_skinny_kernel<kTokens, kPrepared, kStaged>;
   static const cudaError_t attribute =
@@ -752,7 +754,8 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
 // was a third of the GEMM's time.
 template <int kTokens, bool kPrepared>
 void launch(const GemmProblem& p) {
-  if (p.workspace == nullptr || static_cast<int64_t>(p.workspace_bytes) < staged_bytes<kTokens>(p.k))
+  if (p.workspace == nullptr ||
+      static_cast<int64_t>(p.workspace_bytes) < staged_bytes<kTokens>(p.k))
     return launch_gemm<kTokens, kPrepared, false>(p, nullptr);
   auto* records = static_cast<uint8_t*>(p.workspace);
   stage_activations_kernel<kTokens, kPrepared>

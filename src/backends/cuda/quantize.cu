@@ -2,9 +2,9 @@
 // reads the block's 64 or 128 bytes (16-byte loads when aligned), finds the scale from the block's
 // |max| and writes 16 packed bytes and the scale byte, so a warp covers 32 consecutive blocks. (A
 // grid-stride variant sized to the resident CTAs, loading the next block ahead, measured slower:
-// 58.8 us instead of 50.8 us at 8192 x 8192 bf16 on the H200; so did two blocks per thread, 58.4 us.
-// CTAs of 128 threads ran 50.2 us against 51.0 for 256 and 53.5 for 512.) The element and scale rules are
-// numerics/mx.h's, shared with the CPU, so the result is bit-identical to the reference.
+// 58.8 us instead of 50.8 us at 8192 x 8192 bf16 on the H200; so did two blocks per thread, 58.4
+// us. CTAs of 128 threads ran 50.2 us against 51.0 for 256 and 53.5 for 512.) The element and scale
+// rules are numerics/mx.h's, shared with the CPU, so the result is bit-identical to the reference.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,7 +18,7 @@
 namespace a4w4::cuda {
 namespace {
 
-constexpr int kThreads = 128;  // quantizer CTAs: see above; also the dequantizer's
+constexpr int kThreads = 128;        // quantizer CTAs: see above; also the dequantizer's
 constexpr int kValuesPerThread = 8;  // dequantizer
 
 // Widens the 16-bit float in the low half of `half_bits` exactly to fp32.
