@@ -450,8 +450,16 @@ constexpr int kStagedSlots = 4;
 template <bool kStaged>
 constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 
+// CTAs per SM as a register bound: 4 up to 16 activation rows, 3 from 32 (168 registers); the
+// staged 64-row kernel on a plain B spilled 172 bytes at 168 and runs two CTAs of 210 instead
+// (64x8192x8192 50.5 -> 40.8 us, 64x28672x8192 168 -> 132, but 64x10240x8192 61 -> 68: its 160
+// column tiles no longer split).
 template <int kTokens, bool kPrepared, bool kStaged>
-__global__ void __launch_bounds__(kThreads, kTokens >= 32 ? 3 : 4)
+constexpr int kSkinnyCtasPerSm =
+    kTokens == 64 && !kPrepared && kStaged ? 2 : (kTokens >= 32 ? 3 : 4);
+
+template <int kTokens, bool kPrepared, bool kStaged>
+__global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared, kStaged>)
     gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kSlots = kSlotsOf<kStaged>;
