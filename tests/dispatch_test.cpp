@@ -219,6 +219,32 @@ TEST(TunedTable, EntriesTunedWithAWorkspaceComeFirstInContextsThatHaveOne) {
             std::string::npos);
 }
 
+TEST(TunedTable, TheNearestMWinsAcrossEntriesWithAndWithoutAWorkspace) {
+  // As in tuned/h200-*.csv: entries without a workspace from M = 1, with one from M = 8. A context
+  // with a workspace takes M = 1..4 from the nearer entries tuned without (an M = 8 entry tuned
+  // with one is further away), M = 5..8 from the one tuned with one (a tie at 8 goes to it).
+  const std::string header = std::string(tuned::kHeader) + ",label,workspace\n";
+  const TunedTable table(header +
+                             "cpu,8,1,64,256,cpu.reference,1,1,1,-,0\n"
+                             "cpu,8,4,64,256,cpu.reference,4,1,1,-,0\n"
+                             "cpu,8,8,64,256,cpu.reference,8,1,1,-,0\n"
+                             "cpu,8,8,64,256,cpu.reference,3,1,1,-,1\n"
+                             "cpu,8,64,64,256,cpu.reference,2,1,1,-,1\n",
+                         "t.csv", kDevices);
+  const auto split_at = [&](int64_t m, bool workspace) {
+    const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, 64, 256, workspace);
+    return entry == nullptr ? -1 : entry->split_k;
+  };
+  EXPECT_EQ(split_at(1, true), 1);
+  EXPECT_EQ(split_at(3, true), 4);
+  EXPECT_EQ(split_at(5, true), 3);
+  EXPECT_EQ(split_at(8, true), 3);
+  EXPECT_EQ(split_at(8, false), 8);
+  EXPECT_EQ(split_at(9, true), 2);
+  EXPECT_EQ(split_at(9, false), -1);
+  EXPECT_EQ(split_at(65, true), -1);
+}
+
 // ---- The chooser with the real CPU kernels and a tuned table ----------------------------------
 
 GemmChoice choose(const GemmProblem& p, const TunedTable* table, std::string_view kernel = "") {

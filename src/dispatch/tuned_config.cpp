@@ -108,14 +108,20 @@ std::shared_ptr<const TunedTable> TunedTable::load(const std::string& path) {
 
 const TunedEntry* TunedTable::lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k,
                                      bool workspace) const {
+  // The nearest bucket at or above M among the entries this context may use; on a tie the one
+  // tuned with a workspace. (Taking any workspace entry first let an M = 8 entry serve M = 1 in
+  // a file whose workspace rows start at M = 8, past a nearer M = 1 entry tuned without.)
+  const TunedEntry* best = nullptr;
+  int64_t best_m = 0;
   for (const bool tuned_with_workspace : {true, false}) {
     if (tuned_with_workspace && !workspace) continue;
     const auto shape = table_.find(ShapeKey{device, n, k, tuned_with_workspace});
     if (shape == table_.end()) continue;
     const auto bucket = shape->second.lower_bound(m);  // exact M, else the nearest larger one
-    if (bucket != shape->second.end()) return &bucket->second;
+    if (bucket != shape->second.end() && (best == nullptr || bucket->first < best_m))
+      best = &bucket->second, best_m = bucket->first;
   }
-  return nullptr;
+  return best;
 }
 
 void TunedTable::warn(const TunedEntry& entry, const std::string& what) const {

@@ -53,7 +53,8 @@ class TunedTable {
   static std::shared_ptr<const TunedTable> load(const std::string& path);
 
   // The entry for (device, N, K) at M, else at the nearest larger M; nullptr when none. With
-  // `workspace` (the context has one), entries tuned with a workspace come first, then the others.
+  // `workspace` (the context has one), entries tuned with and without one both count, and of two
+  // at the same M the one tuned with one; without, only entries tuned without.
   const TunedEntry* lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k,
                            bool workspace = false) const;
 
