@@ -107,11 +107,11 @@ double time_calls(const std::function<void(cudaStream_t, int)>& enqueue, cudaStr
 }  // namespace
 
 double time_enqueued(const std::function<void(void* stream, int i)>& enqueue, void* stream,
-                     int samples, double graph_us) {
+                     int samples, double graph_us, int warmup_ms) {
   GpuBenchOptions options;
   options.samples = samples;
   options.graph_us = graph_us;
-  options.warmup_ms = 0;  // the tuner's candidates run back to back (a4w4 tune, no baselines)
+  options.warmup_ms = warmup_ms;
   return time_calls([&](cudaStream_t st, int i) { enqueue(st, i); },
                     static_cast<cudaStream_t>(stream), options);
 }

@@ -65,10 +65,11 @@ struct GpuDeviceFacts {
 GpuDeviceFacts measure_device(const GpuBenchOptions& options);
 
 // Median microseconds per call of enqueue(stream, i) on `stream` (a cudaStream_t; i = 0, 1, ...
-// may select a rotating operand set): warm-up, then replays of a captured graph of back-to-back
-// calls timed with events, so launch overhead is not counted. Used by `a4w4 tune`.
+// may select a rotating operand set): warm-up (the graph replayed for warmup_ms, at least once),
+// then replays of a captured graph of back-to-back calls timed with events, so launch overhead is
+// not counted. Used by `a4w4 tune`.
 double time_enqueued(const std::function<void(void* stream, int i)>& enqueue, void* stream,
-                     int samples, double graph_us = 2000.0);
+                     int samples, double graph_us = 2000.0, int warmup_ms = 0);
 
 // Runs every shape; progress(i, total, label) is called before each one.
 std::vector<GpuBenchRow> run_gpu_gemm_bench(

@@ -45,6 +45,9 @@ struct TuneSettings {
   std::string weights;  // "plain" or "prepared"; default: prepared on CUDA, plain on the CPU
   OutDtype out_dtype = OutDtype::kBF16;
   double batch_ms = 2.0;   // each timing sample runs calls for at least this long
+  // CUDA: each candidate runs this long before it is timed, at the clocks it sustains (the H200
+  // caps its power: a candidate timed right after a heavy one would run slower; bench/RESULTS.md).
+  int warmup_ms = 100;
   double rotate_mib = -1;  // operand sets cycled through; -1: 0 on the CPU, 256 on CUDA (> L2)
   int threads = 0;
   uint64_t seed = 1;
@@ -165,7 +168,7 @@ class ShapeRun {
     if (settings_.backend == A4W4_BACKEND_CUDA)
       return bench::time_enqueued(
           [&](void*, int i) { run(kernel, split, static_cast<size_t>(i) % sets_.size()); },
-          memory_.stream(), std::max(samples, 1), batch_ms * 1000);
+          memory_.stream(), std::max(samples, 1), batch_ms * 1000, settings_.warmup_ms);
 #endif
     using clock = std::chrono::steady_clock;
     auto batch_seconds = [&](int calls) {
@@ -440,6 +443,11 @@ void add_tune_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   command->add_option("--batch-ms", settings->batch_ms, "Minimum length of one sample (2 ms)")
       ->check(CLI::Range(0.0, 10000.0));
+  command
+      ->add_option("--warmup-ms", settings->warmup_ms,
+                   "CUDA: how long each candidate runs before it is timed (100 ms; a "
+                   "power-capped GPU would otherwise favour whichever runs first)")
+      ->check(CLI::Range(0, 60000));
   command
       ->add_option("--rotate-mib", settings->rotate_mib,
                    "Cycle through operand copies this large, to defeat caches (cuda: 256)")
