@@ -98,6 +98,24 @@ struct ActivationRecord {
   static constexpr int kSlotStride = (kBytes + 1023) / 1024 * 1024;
 };
 
+// The range of weight bases that every activation row of a record allows on the fp32 path: the
+// most demanding of its first kCount (need, allow) summaries (a staged record has them all reduced
+// into the first).
+struct BaseRange {
+  int need, allow;
+};
+template <int kTokens, int kCount>
+__device__ __forceinline__ BaseRange allowed_bases(const uint8_t* record) {
+  using R = ActivationRecord<kTokens>;
+  const int* need = reinterpret_cast<const int*>(record + R::kNeedOffset);
+  const int* allow = reinterpret_cast<const int*>(record + R::kAllowOffset);
+  BaseRange range{need[0], allow[0]};
+#pragma unroll
+  for (int i = 1; i < kCount; ++i)
+    range.need = max(range.need, need[i]), range.allow = min(range.allow, allow[i]);
+  return range;
+}
+
 // kSlots activation records (a ring), the staged ring's mbarriers, then the CTA's sums as doubles,
 // [token][row] with a padded row stride.
 template <int kTokens, int kSlots>
@@ -575,14 +593,10 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
 
     // Fast path for the warp: its existing rows fold, every activation row folds, and fp32
     // holds the products for the bases present.
-    const int* need = reinterpret_cast<const int*>(activation_record + R::kNeedOffset);
-    const int* allow = reinterpret_cast<const int*>(activation_record + R::kAllowOffset);
-    int need_all = need[0], allow_all = allow[0];  // a staged record has them reduced here
-#pragma unroll
-    for (int i = 1; i < (kStaged ? 1 : R::kSummaries); ++i)
-      need_all = max(need_all, need[i]), allow_all = min(allow_all, allow[i]);
+    constexpr int kRanges = kStaged ? 1 : R::kSummaries;  // a staged record's are reduced
+    const BaseRange bases = allowed_bases<kTokens, kRanges>(activation_record);
     const auto in_range = [&](uint32_t base) {
-      return static_cast<int>(base) >= need_all && static_cast<int>(base) <= allow_all;
+      return static_cast<int>(base) >= bases.need && static_cast<int>(base) <= bases.allow;
     };
     const bool lane_ok = (!g_exists || (w.ok_g && in_range(w.base_g))) &&
                          (!h_exists || (w.ok_h && in_range(w.base_h)));
@@ -693,10 +707,9 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (threadIdx.x == 0) {
     // The GEMM reads the range of weight bases every row allows from need[0] and allow[0].
-    int* need = reinterpret_cast<int*>(record + R::kNeedOffset);
-    int* allow = reinterpret_cast<int*>(record + R::kAllowOffset);
-    for (int i = 1; i < R::kSummaries; ++i)
-      need[0] = max(need[0], need[i]), allow[0] = min(allow[0], allow[i]);
+    const BaseRange bases = allowed_bases<kTokens, R::kSummaries>(record);
+    *reinterpret_cast<int*>(record + R::kNeedOffset) = bases.need;
+    *reinterpret_cast<int*>(record + R::kAllowOffset) = bases.allow;
   }
   __syncthreads();
   uint4* out = reinterpret_cast<uint4*>(records + size_t(tile) * R::kBytes);
