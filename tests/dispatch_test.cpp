@@ -171,6 +171,12 @@ TEST(TunedTable, StaleForeignAndDuplicateEntries) {
   EXPECT_EQ(table.lookup({"cpu", 16}, 4, 64, 256), nullptr);  // foreign: not loaded
 }
 
+// The split_k of the entry a lookup finds on the test device for M x N x K (-1: none).
+int split_at(const TunedTable& table, int64_t m, int64_t n, int64_t k, bool workspace = false) {
+  const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, n, k, workspace);
+  return entry == nullptr ? -1 : entry->split_k;
+}
+
 TEST(TunedTable, LookupTakesExactMThenTheNextLargerBucket) {
   const TunedTable table(kHeader +
                              "cpu,8,1,64,256,cpu.reference,1,1,1\n"
@@ -178,44 +184,38 @@ TEST(TunedTable, LookupTakesExactMThenTheNextLargerBucket) {
                              "cpu,8,64,64,256,cpu.reference,4,1,1\n"
                              "cpu,8,2,64,512,cpu.reference,8,1,1\n",
                          "t.csv", kDevices);
-  const auto split_at = [&](int64_t m, int64_t k) {
-    const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, 64, k);
-    return entry == nullptr ? -1 : entry->split_k;
-  };
-  EXPECT_EQ(split_at(1, 256), 1);
-  EXPECT_EQ(split_at(2, 256), 2);
-  EXPECT_EQ(split_at(16, 256), 2);
-  EXPECT_EQ(split_at(17, 256), 4);
-  EXPECT_EQ(split_at(64, 256), 4);
-  EXPECT_EQ(split_at(65, 256), -1);  // beyond the last bucket: the heuristic
-  EXPECT_EQ(split_at(1, 512), 8);
+  EXPECT_EQ(split_at(table, 1, 64, 256), 1);
+  EXPECT_EQ(split_at(table, 2, 64, 256), 2);
+  EXPECT_EQ(split_at(table, 16, 64, 256), 2);
+  EXPECT_EQ(split_at(table, 17, 64, 256), 4);
+  EXPECT_EQ(split_at(table, 64, 64, 256), 4);
+  EXPECT_EQ(split_at(table, 65, 64, 256), -1);  // beyond the last bucket: the heuristic
+  EXPECT_EQ(split_at(table, 1, 64, 512), 8);
   EXPECT_EQ(table.lookup({"cpu", 8}, 1, 65, 256), nullptr);  // another N
   EXPECT_EQ(table.lookup({"Test GPU", 132}, 1, 64, 256), nullptr);
 }
 
+// Rows with a label and a `workspace` column (1: tuned with a device workspace).
+const std::string kWorkspaceHeader = std::string(tuned::kHeader) + ",label,workspace\n";
+
 TEST(TunedTable, EntriesTunedWithAWorkspaceComeFirstInContextsThatHaveOne) {
-  // A `workspace` column among the extra ones: at N = 64 an entry with and one without; at N = 128
-  // only one without, which serves both kinds of context; a context without a workspace never
-  // takes an entry tuned with one.
-  const std::string header = std::string(tuned::kHeader) + ",label,workspace\n";
-  const TunedTable table(header +
+  // At N = 64 an entry with a workspace and one without; at N = 128 only one without, which serves
+  // both kinds of context; a context without a workspace never takes an entry tuned with one.
+  const TunedTable table(kWorkspaceHeader +
                              "cpu,8,16,64,256,cpu.reference,1,1,1,-,0\n"
                              "cpu,8,16,64,256,cpu.reference,2,1,1,-,1\n"
                              "cpu,8,16,128,256,cpu.reference,4,1,1,-,0\n"
                              "cpu,8,16,256,256,cpu.reference,8,1,1,-,1\n",
                          "t.csv", kDevices);
-  const auto split_at = [&](int64_t n, bool workspace) {
-    const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, 16, n, 256, workspace);
-    return entry == nullptr ? -1 : entry->split_k;
-  };
-  EXPECT_EQ(split_at(64, false), 1);
-  EXPECT_EQ(split_at(64, true), 2);
-  EXPECT_EQ(split_at(128, false), 4);
-  EXPECT_EQ(split_at(128, true), 4);
-  EXPECT_EQ(split_at(256, false), -1);
-  EXPECT_EQ(split_at(256, true), 8);
+  EXPECT_EQ(split_at(table, 16, 64, 256, false), 1);
+  EXPECT_EQ(split_at(table, 16, 64, 256, true), 2);
+  EXPECT_EQ(split_at(table, 16, 128, 256, false), 4);
+  EXPECT_EQ(split_at(table, 16, 128, 256, true), 4);
+  EXPECT_EQ(split_at(table, 16, 256, 256, false), -1);
+  EXPECT_EQ(split_at(table, 16, 256, 256, true), 8);
   EXPECT_TRUE(table.warnings().empty());  // the same shape with and without is no duplicate
-  EXPECT_NE(config_error(header + "cpu,8,16,64,256,cpu.reference,1,1,1,-,2\n").find("workspace"),
+  EXPECT_NE(config_error(kWorkspaceHeader + "cpu,8,16,64,256,cpu.reference,1,1,1,-,2\n")
+                .find("workspace"),
             std::string::npos);
 }
 
@@ -223,26 +223,21 @@ TEST(TunedTable, TheNearestMWinsAcrossEntriesWithAndWithoutAWorkspace) {
   // As in tuned/h200-*.csv: entries without a workspace from M = 1, with one from M = 8. A context
   // with a workspace takes M = 1..4 from the nearer entries tuned without (an M = 8 entry tuned
   // with one is further away), M = 5..8 from the one tuned with one (a tie at 8 goes to it).
-  const std::string header = std::string(tuned::kHeader) + ",label,workspace\n";
-  const TunedTable table(header +
+  const TunedTable table(kWorkspaceHeader +
                              "cpu,8,1,64,256,cpu.reference,1,1,1,-,0\n"
                              "cpu,8,4,64,256,cpu.reference,4,1,1,-,0\n"
                              "cpu,8,8,64,256,cpu.reference,8,1,1,-,0\n"
                              "cpu,8,8,64,256,cpu.reference,3,1,1,-,1\n"
                              "cpu,8,64,64,256,cpu.reference,2,1,1,-,1\n",
                          "t.csv", kDevices);
-  const auto split_at = [&](int64_t m, bool workspace) {
-    const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, 64, 256, workspace);
-    return entry == nullptr ? -1 : entry->split_k;
-  };
-  EXPECT_EQ(split_at(1, true), 1);
-  EXPECT_EQ(split_at(3, true), 4);
-  EXPECT_EQ(split_at(5, true), 3);
-  EXPECT_EQ(split_at(8, true), 3);
-  EXPECT_EQ(split_at(8, false), 8);
-  EXPECT_EQ(split_at(9, true), 2);
-  EXPECT_EQ(split_at(9, false), -1);
-  EXPECT_EQ(split_at(65, true), -1);
+  EXPECT_EQ(split_at(table, 1, 64, 256, true), 1);
+  EXPECT_EQ(split_at(table, 3, 64, 256, true), 4);
+  EXPECT_EQ(split_at(table, 5, 64, 256, true), 3);
+  EXPECT_EQ(split_at(table, 8, 64, 256, true), 3);
+  EXPECT_EQ(split_at(table, 8, 64, 256, false), 8);
+  EXPECT_EQ(split_at(table, 9, 64, 256, true), 2);
+  EXPECT_EQ(split_at(table, 9, 64, 256, false), -1);
+  EXPECT_EQ(split_at(table, 65, 64, 256, true), -1);
 }
 
 // ---- The chooser with the real CPU kernels and a tuned table ----------------------------------
