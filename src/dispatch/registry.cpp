@@ -49,7 +49,7 @@ constexpr std::array kGemmKernels = {
     // 1.2-1.4x faster than cuda.decode on a prepared B (without a workspace about 10% slower:
     // bench/RESULTS.md).
     GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
-               true, 1, 64, 7.3,
+               true, 1, 1024, 7.3,
                "sm_90a; plain B with 16-byte aligned rows or a prepared B (16-byte aligned, "
                "scales 8-byte aligned); any K % 32 == 0",
                cuda::gemm_skinny_why_not, cuda::gemm_skinny, 8.4},

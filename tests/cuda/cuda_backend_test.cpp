@@ -476,7 +476,7 @@ TEST_F(CudaBackend, SkinnyMatchesTheReference) {
   // The size that lets every kernel run for the largest case, filled with garbage: nothing may
   // read what the staging kernel did not write.
   size_t bytes = 0;
-  ASSERT_EQ(a4w4_gemm_workspace_size(64, 1000, 16384, &bytes), A4W4_SUCCESS);
+  ASSERT_EQ(a4w4_gemm_workspace_size(300, 1000, 16384, &bytes), A4W4_SUCCESS);
   DeviceBuffer workspace(bytes);
   ASSERT_NE(workspace.get(), nullptr);
   ASSERT_EQ(cudaMemset(workspace.get(), 0xC3, bytes), cudaSuccess);
@@ -498,8 +498,8 @@ TEST_F(CudaBackend, SkinnyMatchesTheReference) {
 }
 
 void CudaBackend::run_skinny_cases() {
-  // cuda.skinny: every activation-row count it pads to (8, 16, 32, 64) with M below, at and past
-  // each; plain and prepared B; K from one block to many K tiles, partial last tiles (K % 128 !=
+  // cuda.skinny: every activation-row count it pads to (8, 16, 32, 64, 128) with M below, at and
+  // past each, and M over several token tiles of 128 (the last one ragged); plain and prepared B; K from one block to many K tiles, partial last tiles (K % 128 !=
   // 0) and splits of the K tiles over a cluster; ragged N (a column tile past N, warps without
   // rows); narrow scales (the exact per-block path), wide ones with NaN (exact, NaN kept),
   // tile-local ones (the folded path mixed with exact tiles) and folding scales at the E8M0
@@ -507,7 +507,7 @@ void CudaBackend::run_skinny_cases() {
   // operands and activation rows off 16-byte alignment.
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
   int v = 0;
-  for (int64_t m : {1, 5, 8, 9, 16, 17, 32, 33, 57, 64})
+  for (int64_t m : {1, 5, 8, 9, 16, 17, 32, 33, 57, 64, 65, 128, 129, 300})
     for (int64_t k : {32, 160, 1024, 4160})
       for (int scales : {kTileLocalScales, kNarrowScales, kWideScales, kExtremeFoldScales}) {
         if ((m + k / 32 + scales) % 2 != 0 && scales != kTileLocalScales) continue;  // quicker
@@ -521,7 +521,7 @@ void CudaBackend::run_skinny_cases() {
       }
   // Long K over split-K clusters on few column tiles (N = 64: one tile), both layouts.
   for (bool prepared : {false, true})
-    for (int64_t m : {16, 64})
+    for (int64_t m : {16, 64, 200})
       run_case(ctx_, rng_,
                GemmCase{m, 64, 16384, A4W4_DTYPE_F32, false, true, kTileLocalScales, prepared, 0,
                         "cuda.skinny", 0});

@@ -11,21 +11,20 @@
 
 namespace a4w4::cuda {
 
-// Launches kernel on (grid_x, cluster) CTAs of `threads` threads, clusters of (1, cluster, 1),
-// on `stream`; `what` names it in errors.
+// Launches kernel on `grid` CTAs of `threads` threads, clusters of (1, grid.y, 1) (the whole y
+// dimension is one cluster), on `stream`; `what` names it in errors.
 template <typename... Params, typename... Args>
-void launch_with_y_cluster(void (*kernel)(Params...), unsigned grid_x, unsigned cluster,
-                           unsigned threads, size_t shared_bytes, void* stream, const char* what,
-                           Args&&... args) {
+void launch_with_y_cluster(void (*kernel)(Params...), dim3 grid, unsigned threads,
+                           size_t shared_bytes, void* stream, const char* what, Args&&... args) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid_x, cluster, 1);
+  config.gridDim = grid;
   config.blockDim = dim3(threads, 1, 1);
   config.dynamicSmemBytes = shared_bytes;
   config.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = cluster;
+  attribute.val.clusterDim.y = grid.y;
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;

@@ -456,8 +456,8 @@ void launch(const GemmProblem& p) {
   const GemvShape shape = choose_shape<kM, kCols, kPrefetch, kPrepared>(p);
   const int64_t tile_columns = int64_t{shape.groups} * kCols;
   launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared>,
-                        static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
-                        static_cast<unsigned>(shape.cluster),
+                        dim3(static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
+                             static_cast<unsigned>(shape.cluster)),
                         static_cast<unsigned>(shape.warps * 32), 0, p.stream,
                         "gemm_gemv_kernel launch", p, shape);
 }

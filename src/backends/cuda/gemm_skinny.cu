@@ -1,12 +1,14 @@
-// The skinny GEMM family (cuda.skinny): M up to 64 on int8 warpgroup MMAs, sm_90a, exact mode.
+// The skinny GEMM family (cuda.skinny): small M on int8 warpgroup MMAs, sm_90a, exact mode.
 // Memory-bound like cuda.decode, but the MMAs are wgmma with the weights in registers (RS form),
 // so a warpgroup issues one or two instructions per 32-wide K slice where cuda.decode's warps
 // issued one mma.sync per 8 activation rows and per sign part.
 //
 // Roles are swapped relative to D = A.B^T: a warpgroup's 64 weight rows are the wgmma's A operand
-// (registers), the M activation rows (padded to kTokens = 8, 16, 32 or 64) its B operand (shared
-// memory, 128-byte swizzled, K-major). A CTA is one warpgroup and one 64-row column tile of D;
-// the K tiles of 128 are cut into split-K partitions run by the CTAs of a thread-block cluster.
+// (registers), the M activation rows (padded to kTokens = 8, 16, 32, 64 or 128) its B operand
+// (shared memory, 128-byte swizzled, K-major). A CTA is one warpgroup, one 64-row column tile of D
+// and one token tile (M > 128 runs ceil(M / 128) token tiles of 128 rows, the grid's z, each
+// converting the weights again: one conversion serves 128 rows); the K tiles of 128 are cut into
+// split-K partitions run by the CTAs of a thread-block cluster.
 //
 // Block scales are folded as in cuda.decode and cuda.int8_128x128 (int8_fold.cuh): inside a K
 // tile, each weight row's and each activation row's blocks are shifted by d = scale - (the row's
@@ -14,7 +16,7 @@
 // (w+ and w-, one PRMT each per four codes: its sign mode zeroes the other sign), the activations
 // as signed int8, and each 32-wide K slice is two u8 x s8 wgmmas into two int32 sets (w+ . a,
 // w- . a) whose difference is the tile's exact sum (at 64 activation rows, where registers do not
-// hold two sets, one s8 x s8 wgmma on w+ - w-). The sum is promoted once per tile:
+// hold two sets, one s8 x s8 wgmma on w+ - w-; also at 128). The sum is promoted once per tile:
 // acc += sum * 2^(base_b - 129) * 2^(base_a - 127) in fp32, exact products when
 // fp32_accumulation_safe holds. A warp whose rows do not fold in a tile, or a tile whose
 // activations do not, or a range that fp32 cannot hold, takes the exact path for that tile:
@@ -63,7 +65,15 @@ constexpr int kThreads = 128;  // one warpgroup
 constexpr int kRows = 64;      // weight rows (columns of D) per CTA
 constexpr int kMaxSplits = 8;  // portable cluster size
 constexpr int kLead = 2;       // weight K tiles loaded ahead into registers
-constexpr int kSkinnyMaxM = 64;
+constexpr int kMaxTokens = 128;            // activation rows per CTA
+constexpr int64_t kMaxTokenTiles = 65535;  // the grid's z
+
+// The CTA's token tile: only M > kMaxTokens has more than one (a constant 0 below keeps the
+// smaller kernels' registers as they were: the 64-row one spilled with blockIdx.z in its loop).
+template <int kTokens>
+__device__ __forceinline__ int64_t token_tile() {
+  return kTokens == kMaxTokens ? int64_t{blockIdx.z} : 0;
+}
 
 // How the 128 threads share a K tile's activations (kTokens rows x 128): a unit of work is one
 // (row, block) pair, its 4 words of 8 codes (16 contiguous bytes), and kSplit threads share it
@@ -116,25 +126,34 @@ __device__ __forceinline__ BaseRange allowed_bases(const uint8_t* record) {
   return range;
 }
 
-// kSlots activation records (a ring), the staged ring's mbarriers, then the CTA's sums as doubles,
-// [token][row] with a padded row stride.
+// kSlots activation records (a ring) or, after the main loop, the CTA's sums as doubles
+// ([token][row] with a padded row stride) in the same bytes; then the staged ring's mbarriers.
 template <int kTokens, int kSlots>
 struct Smem {
   using Record = ActivationRecord<kTokens>;
-  static constexpr int kBarrierOffset = kSlots * Record::kSlotStride;
-  static constexpr int kPartialOffset = (kBarrierOffset + kSlots * 8 + 15) / 16 * 16;
+  static constexpr int kRingBytes = kSlots * Record::kSlotStride;
   static constexpr int kPartialStride = kRows + 1;
-  static constexpr int kBytes = kPartialOffset + kTokens * kPartialStride * 8;
+  static constexpr int kPartialBytes = kTokens * kPartialStride * 8;
+  static constexpr int kBarrierOffset =
+      ((kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes) + 15) / 16 * 16;
+  static constexpr int kBytes = kBarrierOffset + kSlots * 8;
 };
 
-// D (64 x kTokens, int32) (+)= A (64x32 u8, registers) * B (kTokens x 32 s8, shared memory)^T.
+// Whether the weights enter the MMAs signed (w+ - w-, one accumulator set) rather than as w+ and
+// w- (two sets): where registers do not hold two sets.
+template <int kTokens>
+constexpr bool kSignedWeights = kTokens >= 64;
+
+// D (64 x kTokens, int32) (+)= A (64x32 u8 or, kSignedWeights, s8; registers) * B (kTokens x 32
+// s8, shared memory)^T.
 template <int kTokens>
 __device__ __forceinline__ void mma_rs(int32_t (&d)[kTokens / 2], const uint32_t (&a)[4],
                                        uint64_t b, bool accumulate) {
   if constexpr (kTokens == 8) wgmma::mma_u8s8_m64n8k32_rs(d, a, b, accumulate);
   if constexpr (kTokens == 16) wgmma::mma_u8s8_m64n16k32_rs(d, a, b, accumulate);
   if constexpr (kTokens == 32) wgmma::mma_u8s8_m64n32k32_rs(d, a, b, accumulate);
-  if constexpr (kTokens == 64) wgmma::mma_m64n64k32_rs<false>(d, a, b, accumulate);
+  if constexpr (kTokens == 64) wgmma::mma_m64n64k32_rs<true>(d, a, b, accumulate);
+  if constexpr (kTokens == 128) wgmma::mma_s8_m64n128k32_rs(d, a, b, accumulate);
 }
 
 // Byte of element 8 q + 4 half + i (i < 4) of block b inside a 128-wide K tile's row.
@@ -257,13 +276,14 @@ struct ActivationItem {
   // the chunk bits of word q0's half 0 (slot_byte) xor the row's swizzle.
   uint32_t base, chunk_key;
 
-  __device__ void init(const GemmProblem& p, int i) {
+  // token0: the first activation row of the CTA's token tile.
+  __device__ void init(const GemmProblem& p, int i, int64_t token0) {
     const int unit = static_cast<int>(threadIdx.x) + kThreads * i;
     row = unit / (4 * Share::kSplit);
     block = (unit / Share::kSplit) % 4;
     q0 = (unit % Share::kSplit) * Share::kY;
-    present = row < p.m;
-    const int64_t r = present ? row : 0;
+    present = token0 + row < p.m;
+    const int64_t r = token0 + (present ? row : 0);
     src = p.a.data + r * p.a.stride_bytes + 16 * block + 4 * q0;
     scales = p.a.scale + r * p.a.scale_stride;
     const uint32_t first = slot_byte<kPrepared>(block, q0, 0);
@@ -371,10 +391,12 @@ __device__ __forceinline__ void store_activations(
     const bool all_folded = __all_sync(0xFFFFFFFFu, f.ok);
     if (threadIdx.x % 32 == 0) {
       // fold::fp32_accumulation_safe(e_lo, e_hi, b, b) as bounds on the weight base b (no
-      // constraint beyond b >= 3 from rows that do not exist: e_lo = 255, e_hi = 0).
+      // constraint beyond b >= 3 from rows that do not exist: e_lo = 255, e_hi = 0), and b at
+      // most fold::kMaxScaledTileSumBase for the promotion's TileSumScale.
       const int entry = (threadIdx.x + kThreads * i) / 32;
       need[entry] = all_folded && e_lo >= 1 ? max(3, 130 - static_cast<int>(e_lo)) : 0x7FFF;
-      allow[entry] = 330 - static_cast<int>(e_hi);
+      allow[entry] =
+          min(330 - static_cast<int>(e_hi), static_cast<int>(fold::kMaxScaledTileSumBase));
     }
   }
 }
@@ -389,8 +411,9 @@ struct WeightTile {
   bool ok_g, ok_h;
 };
 
-// kSigned (the 64-row activation tiles, where registers do not hold two accumulator sets): the
-// positive registers hold the signed values w+ - w- instead, one MMA per K slice.
+// kSigned (kSignedWeights: 64 and 128 activation rows, where registers do not hold two
+// accumulator sets): the positive registers hold the signed values w+ - w- instead, one MMA per K
+// slice.
 template <bool kPrepared, bool kSigned>
 __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
   const fold::FoldedRow fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
@@ -472,9 +495,10 @@ constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 // staged 64-row kernel on a plain B spilled 172 bytes at 168 and runs two CTAs of 210 instead
 // (64x8192x8192 50.5 -> 40.8 us, 64x28672x8192 168 -> 132, but 64x10240x8192 61 -> 68: its 160
 // column tiles no longer split).
+// 128 activation rows: two CTAs of up to 255 registers (64 int32 sums, 64 fp32 accumulators).
 template <int kTokens, bool kPrepared, bool kStaged>
 constexpr int kSkinnyCtasPerSm =
-    kTokens == 64 && !kPrepared && kStaged ? 2 : (kTokens >= 32 ? 3 : 4);
+    kTokens == 128 || (kTokens == 64 && !kPrepared && kStaged) ? 2 : (kTokens >= 32 ? 3 : 4);
 
 template <int kTokens, bool kPrepared, bool kStaged>
 __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared, kStaged>)
@@ -484,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
   using S = Smem<kTokens, kSlots>;
   using R = ActivationRecord<kTokens>;
   constexpr int kAcc = kTokens / 2;
-  constexpr bool kSigned = kTokens == 64;
+  constexpr bool kSigned = kSignedWeights<kTokens>;
   extern __shared__ __align__(1024) uint8_t smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = int64_t{blockIdx.x} * kRows;
@@ -514,7 +538,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
   const auto copy_record = [&](int tile) {
     const int slot = (tile - tile_begin) % kSlots;
     pipeline::arrive_expect_tx(&full[slot], R::kBytes);
-    pipeline::bulk_load(record(slot), records + size_t(tile) * R::kBytes, R::kBytes, &full[slot]);
+    const size_t index = token_tile<kTokens>() * tiles + tile;  // token tiles' records in turn
+    pipeline::bulk_load(record(slot), records + index * R::kBytes, R::kBytes, &full[slot]);
   };
   if constexpr (kStaged) {
     if (threadIdx.x == 0) {
@@ -527,7 +552,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
         copy_record(tile);
   } else {
 #pragma unroll
-    for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i) items[i].init(p, i);
+    for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i)
+      items[i].init(p, i, token_tile<kTokens>() * kTokens);
     if (tile_begin < tile_end) {
       load_activations<kTokens, kPrepared>(items, tile_begin, blocks, a_aligned, a_words, act);
       store_activations<kTokens, kPrepared>(items, act, record(0));
@@ -572,12 +598,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
       // The descriptor's start address counts 16-byte units (shared memory < 2^18 bytes: no carry).
       const uint64_t activations =
           slot0_descriptor + static_cast<uint32_t>(slot) * (R::kSlotStride / 16) + 2 * q;
-      if constexpr (kSigned) {
-        wgmma::mma_m64n64k32_rs<true>(sums_pos, w.words[q].positive, activations, q > 0);
-      } else {
-        mma_rs<kTokens>(sums_pos, w.words[q].positive, activations, q > 0);
-        mma_rs<kTokens>(sums_neg, w.words[q].negative, activations, q > 0);
-      }
+      mma_rs<kTokens>(sums_pos, w.words[q].positive, activations, q > 0);
+      if constexpr (!kSigned) mma_rs<kTokens>(sums_neg, w.words[q].negative, activations, q > 0);
     }
     wgmma::commit();
 
@@ -613,20 +635,20 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
     }
     const float* factor = reinterpret_cast<const float*>(activation_record + R::kFactorOffset);
     if (fast_path) {
-      // 2^(base - 129) per weight row; the extra 1/4 undoes the doubling of both operands.
-      const float fb_g = __uint_as_float((w.base_g - 2) << 23);
-      const float fb_h = __uint_as_float((w.base_h - 2) << 23);
+      // 2^(base - 129) per weight row (TileSumScale), 2^(base - 127) per activation row: the
+      // extra 1/4 undoes the doubling of both operands.
+      const fold::TileSumScale scale_g(w.base_g), scale_h(w.base_h);
 #pragma unroll
       for (int j = 0; j < kTokens / 8; ++j) {
         const float2 fa = *reinterpret_cast<const float2*>(factor + 8 * j + 2 * t);
-        fast[4 * j + 0] = fmaf(fold::tile_sum_to_float(sums_pos[4 * j + 0], -sums_neg[4 * j + 0]),
-                               fa.x * fb_g, fast[4 * j + 0]);
-        fast[4 * j + 1] = fmaf(fold::tile_sum_to_float(sums_pos[4 * j + 1], -sums_neg[4 * j + 1]),
-                               fa.y * fb_g, fast[4 * j + 1]);
-        fast[4 * j + 2] = fmaf(fold::tile_sum_to_float(sums_pos[4 * j + 2], -sums_neg[4 * j + 2]),
-                               fa.x * fb_h, fast[4 * j + 2]);
-        fast[4 * j + 3] = fmaf(fold::tile_sum_to_float(sums_pos[4 * j + 3], -sums_neg[4 * j + 3]),
-                               fa.y * fb_h, fast[4 * j + 3]);
+        fast[4 * j + 0] =
+            fmaf(scale_g(sums_pos[4 * j + 0], sums_neg[4 * j + 0]), fa.x, fast[4 * j + 0]);
+        fast[4 * j + 1] =
+            fmaf(scale_g(sums_pos[4 * j + 1], sums_neg[4 * j + 1]), fa.y, fast[4 * j + 1]);
+        fast[4 * j + 2] =
+            fmaf(scale_h(sums_pos[4 * j + 2], sums_neg[4 * j + 2]), fa.x, fast[4 * j + 2]);
+        fast[4 * j + 3] =
+            fmaf(scale_h(sums_pos[4 * j + 3], sums_neg[4 * j + 3]), fa.y, fast[4 * j + 3]);
       }
     } else {
       if (!any_exact) {
@@ -647,8 +669,9 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
   }
   if (tile < tile_end) step(tile, even);
 
-  // The CTA's sums as doubles: partial[token][row].
-  double* partial = reinterpret_cast<double*>(smem + S::kPartialOffset);
+  // The CTA's sums as doubles: partial[token][row], over the ring (every warp is done with it).
+  __syncthreads();
+  double* partial = reinterpret_cast<double*>(smem);
 #pragma unroll
   for (int j = 0; j < kTokens / 8; ++j)
 #pragma unroll
@@ -666,14 +689,30 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
             last = first + per_rank < kEntries ? first + per_rank : kEntries;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
-  for (int e = first + static_cast<int>(threadIdx.x); e < last; e += kThreads) {
-    const int token = e / kRows, row = e % kRows;
-    const int64_t n = row0 + row;
-    if (token >= p.m || n >= p.n) continue;
-    double sum = 0.0;
-    for (int r = 0; r < splits; ++r)
-      sum += cluster.map_shared_rank(partial, r)[token * S::kPartialStride + row];
-    store_output(p, token, n, sum);
+  // kUnroll entries per thread at a time, rank by rank: the distributed shared memory reads of the
+  // entries are in flight together instead of one add's latency each, and each sum still adds the
+  // ranks in order.
+  constexpr int kUnroll = 4;
+  for (int e0 = first + static_cast<int>(threadIdx.x); e0 < last; e0 += kThreads * kUnroll) {
+    int index[kUnroll];
+    double sums[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int e = e0 + u * kThreads < last ? e0 + u * kThreads : first;
+      index[u] = (e / kRows) * S::kPartialStride + e % kRows;
+      sums[u] = 0.0;
+    }
+    for (int r = 0; r < splits; ++r) {
+      const double* rank_partial = cluster.map_shared_rank(partial, r);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) sums[u] += rank_partial[index[u]];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int e = e0 + u * kThreads;
+      const int64_t token = token_tile<kTokens>() * kTokens + e / kRows, n = row0 + e % kRows;
+      if (e < last && token < p.m && n < p.n) store_output(p, token, n, sums[u]);
+    }
   }
   cluster.sync();  // every rank's shared memory stays alive until the others have read it
 #else
@@ -684,8 +723,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
 #endif
 }
 
-// One CTA per K tile: the tile's activation record, as the GEMM's CTAs would convert it, written
-// to records once for the call. (Launching the GEMM as a programmatic dependent of this grid, its
+// One CTA per (K tile, token tile): the tile's activation record, as the GEMM's CTAs would convert
+// it, written to records once for the call (token tile z's records after the previous tile's). (Launching the GEMM as a programmatic dependent of this grid, its
 // weights' first loads overlapping it, measured 1-1.5 us faster at M = 16 but 9 us slower at
 // M = 64 x 8192 x 8192 on the H200: not done.)
 template <int kTokens, bool kPrepared>
@@ -695,9 +734,10 @@ __global__ void __launch_bounds__(kThreads)
   using R = ActivationRecord<kTokens>;
   __shared__ __align__(16) uint8_t record[R::kBytes];
   const int tile = static_cast<int>(blockIdx.x);
+  const int64_t token0 = int64_t{blockIdx.y} * kTokens;
   ActivationItem<kTokens, kPrepared> items[ActivationShare<kTokens>::kItems];
 #pragma unroll
-  for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i) items[i].init(p, i);
+  for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i) items[i].init(p, i, token0);
   ActivationRaw<kTokens> act;
   const bool aligned =
       reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
@@ -712,7 +752,8 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<int*>(record + R::kAllowOffset) = bases.allow;
   }
   __syncthreads();
-  uint4* out = reinterpret_cast<uint4*>(records + size_t(tile) * R::kBytes);
+  const size_t index = size_t{blockIdx.y} * gridDim.x + tile;
+  uint4* out = reinterpret_cast<uint4*>(records + index * R::kBytes);
   for (int i = static_cast<int>(threadIdx.x); i < R::kBytes / 16; i += kThreads)
     out[i] = reinterpret_cast<const uint4*>(record)[i];
 #else
@@ -722,10 +763,16 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-// Workspace bytes of the staged activations: one record per K tile.
+// Token tiles of kTokens activation rows (the grid's z).
 template <int kTokens>
-int64_t staged_bytes(int64_t k) {
-  return layout::k_tiles(k) * ActivationRecord<kTokens>::kBytes;
+int64_t token_tiles(const GemmProblem& p) {
+  return (p.m + kTokens - 1) / kTokens;
+}
+
+// Workspace bytes of the staged activations: one record per K tile and token tile.
+template <int kTokens>
+int64_t staged_bytes(const GemmProblem& p) {
+  return token_tiles<kTokens>(p) * layout::k_tiles(p.k) * ActivationRecord<kTokens>::kBytes;
 }
 
 template <int kTokens, bool kPrepared, bool kStaged>
@@ -740,11 +787,11 @@ int ctas_per_sm() {
   return count;
 }
 
-// Splits (a power of two up to a cluster of 8) while the column tiles leave resident CTA slots
-// idle and each partition keeps at least 4 K tiles.
+// Splits (a power of two up to a cluster of 8) while the (column, token) tiles leave resident CTA
+// slots idle and each partition keeps at least 4 K tiles.
 template <int kTokens, bool kPrepared, bool kStaged>
 int choose_splits(const GemmProblem& p) {
-  const int64_t columns = (p.n + kRows - 1) / kRows;
+  const int64_t columns = (p.n + kRows - 1) / kRows * token_tiles<kTokens>(p);
   const int64_t tiles = layout::k_tiles(p.k);
   const int64_t slots =
       int64_t{ctas_per_sm<kTokens, kPrepared, kStaged>()} * device_info(p.device.ordinal).sm_count;
@@ -765,9 +812,10 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
   const int splits = choose_splits<kTokens, kPrepared, kStaged>(p);
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
   const int per_split = (tiles + splits - 1) / splits;
-  launch_with_y_cluster(kernel, static_cast<unsigned>((p.n + kRows - 1) / kRows),
-                        static_cast<unsigned>(splits), kThreads, kBytes, p.stream,
-                        "gemm_skinny_kernel launch", p, per_split, records);
+  const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows), static_cast<unsigned>(splits),
+                  static_cast<unsigned>(token_tiles<kTokens>(p)));
+  launch_with_y_cluster(kernel, grid, kThreads, kBytes, p.stream, "gemm_skinny_kernel launch", p,
+                        per_split, records);
 }
 
 // With a workspace that holds the records, the activations are converted once for the call
@@ -775,13 +823,13 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
 // was a third of the GEMM's time.
 template <int kTokens, bool kPrepared>
 void launch(const GemmProblem& p) {
-  if (p.workspace == nullptr ||
-      static_cast<int64_t>(p.workspace_bytes) < staged_bytes<kTokens>(p.k))
+  if (p.workspace == nullptr || static_cast<int64_t>(p.workspace_bytes) < staged_bytes<kTokens>(p))
     return launch_gemm<kTokens, kPrepared, false>(p, nullptr);
   auto* records = static_cast<uint8_t*>(p.workspace);
+  const dim3 grid(static_cast<unsigned>(layout::k_tiles(p.k)),
+                  static_cast<unsigned>(token_tiles<kTokens>(p)));
   stage_activations_kernel<kTokens, kPrepared>
-      <<<static_cast<unsigned>(layout::k_tiles(p.k)), kThreads, 0,
-         static_cast<cudaStream_t>(p.stream)>>>(p, records);
+      <<<grid, kThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(p, records);
   check_launch("stage_activations_kernel");
   launch_gemm<kTokens, kPrepared, true>(p, records);
 }
@@ -791,7 +839,8 @@ void launch_for_m(const GemmProblem& p) {
   if (p.m <= 8) return launch<8, kPrepared>(p);
   if (p.m <= 16) return launch<16, kPrepared>(p);
   if (p.m <= 32) return launch<32, kPrepared>(p);
-  launch<64, kPrepared>(p);
+  if (p.m <= 64) return launch<64, kPrepared>(p);
+  launch<kMaxTokens, kPrepared>(p);
 }
 
 }  // namespace
@@ -799,8 +848,9 @@ void launch_for_m(const GemmProblem& p) {
 std::string gemm_skinny_why_not(const GemmProblem& p) {
   if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
   if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
-  if (p.m > kSkinnyMaxM)
-    return "M = " + std::to_string(p.m) + " is above its limit of " + std::to_string(kSkinnyMaxM);
+  if (p.m > kMaxTokenTiles * kMaxTokens)
+    return "M = " + std::to_string(p.m) + " is above its limit of " +
+           std::to_string(kMaxTokenTiles * kMaxTokens);
   if (p.split_k > 1) return "it takes no split_k (it splits K by whole 128-wide tiles itself)";
   if (p.b.layout == A4W4_LAYOUT_PLAIN) {
     if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0)
