@@ -43,16 +43,20 @@ constexpr std::array kGemmKernels = {
     GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 1, false, false,
                1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows, or a prepared B",
                cuda::gemm_gemv_why_not, cuda::gemm_gemv, 11.0},
-    // M padded to 8, 16, 32 or 64 activation rows; 64-column tiles; its own split of K over a
-    // cluster (auto_split_k). tile_m 16 halves its fill at M <= 8, where it still ranks above
-    // cuda.decode on either layout: with the activations staged in a workspace it runs M = 5..8
-    // 1.2-1.4x faster than cuda.decode on a prepared B (without a workspace about 10% slower:
-    // bench/RESULTS.md).
+    // M padded to 8, 16, 32, 64 or 128 activation rows (M > 128 in token tiles of 128, each
+    // converting the weights again); 64-column tiles; its own split of K over a cluster
+    // (auto_split_k). tile_m 16 halves its fill at M <= 8, where it still ranks above cuda.decode
+    // on either layout: with the activations staged in a workspace it runs M = 5..8 1.2-1.4x
+    // faster than cuda.decode on a prepared B (without a workspace about 10% slower). From M = 65
+    // it competes with the int8 and bf16 families (min_m 65): on the H200 1.9-2.0x faster than
+    // cuda.int8_128x128 at M = 96..128 and 1.1-1.2x at 192..256 on N = 8192, slower from 384
+    // (bench/RESULTS.md); speed 16 keeps it where the int8 family's 128 x 128 tiles fill under
+    // one wave, max_m 256 past that.
     GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
-               true, 1, 1024, 7.3,
+               true, 1, 256, 16.0,
                "sm_90a; plain B with 16-byte aligned rows or a prepared B (16-byte aligned, "
                "scales 8-byte aligned); any K % 32 == 0",
-               cuda::gemm_skinny_why_not, cuda::gemm_skinny, 8.4},
+               cuda::gemm_skinny_why_not, cuda::gemm_skinny, 18.4},
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
                1, 64, 2.8,
                "sm_90; prepared B 16-byte aligned, or plain B with 16-byte aligned rows, "

@@ -155,7 +155,8 @@ TEST_F(CudaTuning, HeuristicPicksGemvDecodeTensorCoresOrGeneric) {
   EXPECT_STREQ(c.kernel, major == 9 ? "cuda.skinny" : major > 9 ? "cuda.decode" : "cuda.generic");
   EXPECT_EQ(c.split_k, 0);  // cuda.skinny and cuda.decode size their own split
   ASSERT_EQ(large.choose(ctx_, &c), A4W4_SUCCESS);
-  // 256 x 512: four 128 x 256 tiles or eight 128 x 128 ones; the narrow tiles fill more SMs.
+  // 256 x 512 in a context without a workspace (cuda.skinny above M = 64 and the int8 family
+  // need one): four 128 x 256 tiles or eight 128 x 128 ones; the narrow tiles fill more SMs.
   EXPECT_STREQ(c.kernel, major == 9 ? "cuda.bf16_128x128" : "cuda.generic");
 }
 

@@ -45,6 +45,7 @@
 #include <cooperative_groups.h>
 
 #include <string>
+#include <type_traits>
 
 #include "backends/cuda/cluster_launch.h"
 #include "backends/cuda/cuda_backend.h"
@@ -92,7 +93,7 @@ struct ActivationShare {
 
 // One K tile's activations as the MMAs and the promotion read them (a ring slot's contents): the
 // kTokens rows of 128 int8 (128-byte swizzled), each row's factor 2^(base - 127) (0 when the row
-// does not fold), each (row, block)'s exponent e of the stored values (value * 2^(e - 128)), and
+// does not fold; in factor_slot's order), each (row, block)'s exponent e of the stored values (value * 2^(e - 128)), and
 // per converting warp and item the range of weight bases its rows allow on the fp32 path: at
 // least need[], at most allow[] (need = 0x7FFF when a row does not fold). Written by the CTA
 // itself, or once per call by stage_activations_kernel into the workspace and copied in whole.
@@ -107,6 +108,15 @@ struct ActivationRecord {
   // In shared memory each record starts on 1024 bytes (the swizzle's 8-row atoms).
   static constexpr int kSlotStride = (kBytes + 1023) / 1024 * 1024;
 };
+
+// Where activation row `token`'s factor sits in a record: the promotion's lane t needs rows
+// 8 j + 2 t and 8 j + 2 t + 1 for every j, so rows 16 i + 2 t + {0, 1} and 16 i + 8 + 2 t + {0, 1}
+// are adjacent (one 16-byte load per pair of j).
+template <int kTokens>
+__host__ __device__ constexpr int factor_slot(int token) {
+  if constexpr (kTokens < 16) return token;
+  return token / 16 * 16 + token % 8 / 2 * 4 + token % 16 / 8 * 2 + token % 2;
+}
 
 // The range of weight bases that every activation row of a record allows on the fp32 path: the
 // most demanding of its first kCount (need, allow) summaries (a staged record has them all reduced
@@ -383,7 +393,7 @@ __device__ __forceinline__ void store_activations(
     if (item.block == 0 && item.q0 == 0) {
       // The exponent e of each block's stored values (value * 2^(e - 128)) and the row's factor.
       exponents[item.row] = f.ok ? f.base * 0x01010101u : scales;
-      factor[item.row] = __uint_as_float(f.ok ? f.base << 23 : 0u);
+      factor[factor_slot<kTokens>(item.row)] = __uint_as_float(f.ok ? f.base << 23 : 0u);
     }
 
     const uint32_t e_lo = __reduce_min_sync(0xFFFFFFFFu, item.present ? f.base : 0xFFu);
@@ -638,9 +648,19 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
       // 2^(base - 129) per weight row (TileSumScale), 2^(base - 127) per activation row: the
       // extra 1/4 undoes the doubling of both operands.
       const fold::TileSumScale scale_g(w.base_g), scale_h(w.base_h);
+      float2 factors[kTokens / 8];
+#pragma unroll
+      for (int j = 0; j < kTokens / 8; j += 2) {
+        if constexpr (kTokens < 16) {
+          factors[j] = *reinterpret_cast<const float2*>(factor + 2 * t);
+        } else {
+          const float4 four = *reinterpret_cast<const float4*>(factor + 8 * j + 4 * t);
+          factors[j] = make_float2(four.x, four.y), factors[j + 1] = make_float2(four.z, four.w);
+        }
+      }
 #pragma unroll
       for (int j = 0; j < kTokens / 8; ++j) {
-        const float2 fa = *reinterpret_cast<const float2*>(factor + 8 * j + 2 * t);
+        const float2 fa = factors[j];
         fast[4 * j + 0] =
             fmaf(scale_g(sums_pos[4 * j + 0], sums_neg[4 * j + 0]), fa.x, fast[4 * j + 0]);
         fast[4 * j + 1] =
@@ -672,15 +692,24 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
   // The CTA's sums as doubles: partial[token][row], over the ring (every warp is done with it).
   __syncthreads();
   double* partial = reinterpret_cast<double*>(smem);
+  // Two copies of the loop, so that exact[] (local memory) is read only by a thread that took the
+  // exact path (one loop with a select read all of it in every thread: 10% of the stalls at 128
+  // activation rows).
+  const auto write_partials = [&](auto with_exact) {
 #pragma unroll
-  for (int j = 0; j < kTokens / 8; ++j)
+    for (int j = 0; j < kTokens / 8; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int token = 8 * j + 2 * t + (i & 1), row = 16 * warp + g + 8 * (i >> 1);
-      double value = static_cast<double>(fast[4 * j + i]);
-      if (any_exact) value += exact[4 * j + i];
-      partial[token * S::kPartialStride + row] = value;
-    }
+      for (int i = 0; i < 4; ++i) {
+        const int token = 8 * j + 2 * t + (i & 1), row = 16 * warp + g + 8 * (i >> 1);
+        double value = static_cast<double>(fast[4 * j + i]);
+        if constexpr (decltype(with_exact)::value) value += exact[4 * j + i];
+        partial[token * S::kPartialStride + row] = value;
+      }
+  };
+  if (any_exact)
+    write_partials(std::true_type{});
+  else
+    write_partials(std::false_type{});
 
   // Rank r finishes its slice of the tile, adding the ranks' sums in rank order.
   constexpr int kEntries = kTokens * kRows;
@@ -818,13 +847,22 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
                         per_split, records);
 }
 
+// Whether the context's workspace holds the problem's activation records.
+template <int kTokens>
+bool records_fit(const GemmProblem& p) {
+  return p.workspace != nullptr && static_cast<int64_t>(p.workspace_bytes) >= staged_bytes<kTokens>(p);
+}
+
 // With a workspace that holds the records, the activations are converted once for the call
 // (stage_activations_kernel) instead of once per CTA: at M = 16..64 and N = 8192..28672 that work
-// was a third of the GEMM's time.
+// was a third of the GEMM's time. 128-row token tiles always stage (gemm_skinny_why_not): converted
+// per CTA, their 128 rows took as long as the weights and the kernel spilled (H200: 128 x 8192 x
+// 8192 in 134 us against 48 staged).
 template <int kTokens, bool kPrepared>
 void launch(const GemmProblem& p) {
-  if (p.workspace == nullptr || static_cast<int64_t>(p.workspace_bytes) < staged_bytes<kTokens>(p))
-    return launch_gemm<kTokens, kPrepared, false>(p, nullptr);
+  if constexpr (kTokens < kMaxTokens) {
+    if (!records_fit<kTokens>(p)) return launch_gemm<kTokens, kPrepared, false>(p, nullptr);
+  }
   auto* records = static_cast<uint8_t*>(p.workspace);
   const dim3 grid(static_cast<unsigned>(layout::k_tiles(p.k)),
                   static_cast<unsigned>(token_tiles<kTokens>(p)));
@@ -852,6 +890,10 @@ std::string gemm_skinny_why_not(const GemmProblem& p) {
     return "M = " + std::to_string(p.m) + " is above its limit of " +
            std::to_string(kMaxTokenTiles * kMaxTokens);
   if (p.split_k > 1) return "it takes no split_k (it splits K by whole 128-wide tiles itself)";
+  if (p.m > 64 && !records_fit<kMaxTokens>(p))
+    return "M above 64 needs a context workspace of at least " +
+           std::to_string(staged_bytes<kMaxTokens>(p)) +
+           " bytes (its activations are converted once per call there)";
   if (p.b.layout == A4W4_LAYOUT_PLAIN) {
     if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0)
       return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
