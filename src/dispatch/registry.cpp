@@ -48,15 +48,16 @@ constexpr std::array kGemmKernels = {
     // (auto_split_k). tile_m 16 halves its fill at M <= 8, where it still ranks above cuda.decode
     // on either layout: with the activations staged in a workspace it runs M = 5..8 1.2-1.4x
     // faster than cuda.decode on a prepared B (without a workspace about 10% slower). From M = 65
-    // it competes with the int8 and bf16 families (min_m 65): on the H200 1.9-2.0x faster than
-    // cuda.int8_128x128 at M = 96..128 and 1.1-1.2x at 192..256 on N = 8192, slower from 384
-    // (bench/RESULTS.md); speed 16 keeps it where the int8 family's 128 x 128 tiles fill under
-    // one wave, max_m 256 past that.
+    // (with a workspace only) it competes with the int8 family (min_m 65): on the H200 1.4-2.0x
+    // faster than cuda.int8_128x128 at M = 96..128, 0.9-1.2x at 192..256, slower from 384
+    // (bench/RESULTS.md). Speed 26 (29.9 on a prepared B) ranks it first up to M = 256 (the
+    // int8 family scores at most 26 there); max_m 256. It stays below cuda.gemv at M <= 4 and
+    // above cuda.decode at 5..64 as before.
     GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
-               true, 1, 256, 16.0,
+               true, 1, 256, 26.0,
                "sm_90a; plain B with 16-byte aligned rows or a prepared B (16-byte aligned, "
                "scales 8-byte aligned); any K % 32 == 0",
-               cuda::gemm_skinny_why_not, cuda::gemm_skinny, 18.4},
+               cuda::gemm_skinny_why_not, cuda::gemm_skinny, 29.9},
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
                1, 64, 2.8,
                "sm_90; prepared B 16-byte aligned, or plain B with 16-byte aligned rows, "
