@@ -253,8 +253,9 @@ A4W4_API a4w4_status a4w4_context_get_backend(a4w4_context ctx, a4w4_backend* ba
 A4W4_API a4w4_status a4w4_context_set_num_threads(a4w4_context ctx, int num_threads);
 A4W4_API a4w4_status a4w4_context_get_num_threads(a4w4_context ctx, int* num_threads);
 /* Device scratch memory for the CUDA kernels that stage operands before their main loop (the int8
-   family, cuda.int8_128x128, converts A and B into it once per call; cuda.skinny, M <= 64, converts
-   A's K tiles into it once per call instead of once per thread block, and without it runs slower).
+   family, cuda.int8_128x128, converts A and B into it once per call; cuda.skinny converts A's K
+   tiles into it once per call instead of once per thread block: without it, it runs slower at
+   M <= 64 and does not run above 64).
    a4w4 never allocates inside a call: a call whose device has no workspace of at least
    a4w4_gemm_workspace_size() bytes here never runs the kernels that need one (naming one fails with
    A4W4_ERROR_KERNEL_NOT_APPLICABLE). The memory

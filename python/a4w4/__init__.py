@@ -195,7 +195,7 @@ class Context:
 
     def set_workspace(self, buffer: Any) -> None:
         """Device scratch memory for the kernels that stage operands (``cuda.int8_128x128``, and
-        ``cuda.skinny``'s activations): a
+        ``cuda.skinny``'s activations, which it needs above M = 64): a
         contiguous 1-D CUDA array of at least :func:`gemm_workspace_size` bytes, e.g.
         ``torch.empty(n, dtype=torch.uint8, device="cuda")``. The context keeps a reference to
         it. It must not overlap any operand, and calls that may use it must be ordered (one

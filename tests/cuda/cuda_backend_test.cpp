@@ -504,14 +504,18 @@ void CudaBackend::run_skinny_cases(bool workspace) {
   // 0) and splits of the K tiles over a cluster; ragged N (a column tile past N, warps without
   // rows); narrow scales (the exact per-block path), wide ones with NaN (exact, NaN kept),
   // tile-local ones (the folded path mixed with exact tiles) and folding scales at the E8M0
-  // extremes (fp32's range check fails: exact); every epilogue and output dtype; strided
-  // operands and activation rows off 16-byte alignment.
+  // extremes (fp32's range check fails: exact); scales with which every K tile folds (the fast
+  // path throughout) and which drift by 4 binades from one K tile to the next in some rows; every
+  // epilogue and output dtype; strided operands and activation rows off 16-byte alignment.
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
   int v = 0;
   for (int64_t m : {1, 5, 8, 9, 16, 17, 32, 33, 57, 64, 65, 128, 129, 255})
     for (int64_t k : {32, 160, 1024, 4160})
-      for (int scales : {kTileLocalScales, kNarrowScales, kWideScales, kExtremeFoldScales}) {
-        if ((m + k / 32 + scales) % 2 != 0 && scales != kTileLocalScales) continue;  // quicker
+      for (int scales : {kTileLocalScales, kNarrowScales, kWideScales, kExtremeFoldScales,
+                         kFoldScales, kFoldDriftScales}) {
+        if ((m + k / 32 + scales) % 2 != 0 && scales != kTileLocalScales &&
+            scales != kFoldScales)
+          continue;  // quicker
         if (m > 64 && !workspace) continue;
         const bool prepared = v % 2 == 1;
         const int64_t n = v % 3 == 0 ? 1000 : (v % 3 == 1 ? 72 : 200);
@@ -525,9 +529,10 @@ void CudaBackend::run_skinny_cases(bool workspace) {
   for (bool prepared : {false, true})
     for (int64_t m : {16, 64, 200}) {
       if (m > 64 && !workspace) continue;
-      run_case(ctx_, rng_,
-               GemmCase{m, 64, 16384, A4W4_DTYPE_F32, false, true, kTileLocalScales, prepared, 0,
-                        "cuda.skinny", 0});
+      for (int scales : {kTileLocalScales, kFoldScales})
+        run_case(ctx_, rng_,
+                 GemmCase{m, 64, 16384, A4W4_DTYPE_F32, false, true, scales, prepared, 0,
+                          "cuda.skinny", 0});
     }
 }
 
