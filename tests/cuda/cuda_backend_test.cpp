@@ -500,21 +500,21 @@ TEST_F(CudaBackend, SkinnyMatchesTheReference) {
 
 void CudaBackend::run_skinny_cases(bool workspace) {
   // cuda.skinny: every activation-row count it pads to (8, 16, 32, 64, 128) with M below, at and
-  // past each, and M over several token tiles of 128 (the last one ragged); plain and prepared B; K from one block to many K tiles, partial last tiles (K % 128 !=
-  // 0) and splits of the K tiles over a cluster; ragged N (a column tile past N, warps without
-  // rows); narrow scales (the exact per-block path), wide ones with NaN (exact, NaN kept),
-  // tile-local ones (the folded path mixed with exact tiles) and folding scales at the E8M0
-  // extremes (fp32's range check fails: exact); scales with which every K tile folds (the fast
-  // path throughout) and which drift by 4 binades from one K tile to the next in some rows; every
-  // epilogue and output dtype; strided operands and activation rows off 16-byte alignment.
+  // past each, and M over several token tiles of 128 (the last one ragged); plain and prepared B; K
+  // from one block to many K tiles, partial last tiles (K % 128 != 0) and splits of the K tiles
+  // over a cluster; ragged N (a column tile past N, warps without rows); narrow scales (the exact
+  // per-block path), wide ones with NaN (exact, NaN kept), tile-local ones (the folded path mixed
+  // with exact tiles) and folding scales at the E8M0 extremes (fp32's range check fails: exact);
+  // scales with which every K tile folds (the fast path throughout) and which drift by 4 binades
+  // from one K tile to the next in some rows; every epilogue and output dtype; strided operands and
+  // activation rows off 16-byte alignment.
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
   int v = 0;
   for (int64_t m : {1, 5, 8, 9, 16, 17, 32, 33, 57, 64, 65, 128, 129, 255})
     for (int64_t k : {32, 160, 1024, 4160})
       for (int scales : {kTileLocalScales, kNarrowScales, kWideScales, kExtremeFoldScales,
                          kFoldScales, kFoldDriftScales}) {
-        if ((m + k / 32 + scales) % 2 != 0 && scales != kTileLocalScales &&
-            scales != kFoldScales)
+        if ((m + k / 32 + scales) % 2 != 0 && scales != kTileLocalScales && scales != kFoldScales)
           continue;  // quicker
         if (m > 64 && !workspace) continue;
         const bool prepared = v % 2 == 1;

@@ -724,8 +724,8 @@ void launch(const GemmProblem& p, int splits, int64_t ctas) {
                                   static_cast<int>(shared_bytes<kNTiles>())),
              "cudaFuncSetAttribute(gemm_decode_kernel)");
   launch_with_y_cluster(gemm_decode_kernel<kNTiles, kPrepared>,
-                        dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits)), kThreads, shared_bytes<kNTiles>(), p.stream,
-                        "gemm_decode_kernel launch", p, splits);
+                        dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits)), kThreads,
+                        shared_bytes<kNTiles>(), p.stream, "gemm_decode_kernel launch", p, splits);
 }
 
 // CTAs of this kind resident on one SM (registers and shared memory), asked once.

@@ -93,10 +93,11 @@ struct ActivationShare {
 
 // One K tile's activations as the MMAs and the promotion read them (a ring slot's contents): the
 // kTokens rows of 128 int8 (128-byte swizzled), each row's factor 2^(base - 127) (0 when the row
-// does not fold; in factor_slot's order), each (row, block)'s exponent e of the stored values (value * 2^(e - 128)), and
-// per converting warp and item the range of weight bases its rows allow on the fp32 path: at
-// least need[], at most allow[] (need = 0x7FFF when a row does not fold). Written by the CTA
-// itself, or once per call by stage_activations_kernel into the workspace and copied in whole.
+// does not fold; in factor_slot's order), each (row, block)'s exponent e of the stored values
+// (value * 2^(e - 128)), and per converting warp and item the range of weight bases its rows allow
+// on the fp32 path: at least need[], at most allow[] (need = 0x7FFF when a row does not fold).
+// Written by the CTA itself, or once per call by stage_activations_kernel into the workspace and
+// copied in whole.
 template <int kTokens>
 struct ActivationRecord {
   static constexpr int kSummaries = ActivationShare<kTokens>::kSummaries;
@@ -507,8 +508,9 @@ constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 // column tiles no longer split).
 // 128 activation rows: two CTAs of up to 255 registers (64 int32 sums, 64 fp32 accumulators).
 template <int kTokens, bool kPrepared, bool kStaged>
-constexpr int kSkinnyCtasPerSm =
-    kTokens == 128 || (kTokens == 64 && !kPrepared && kStaged) ? 2 : (kTokens >= 32 ? 3 : 4);
+constexpr int kSkinnyCtasPerSm = kTokens == 128 || (kTokens == 64 && !kPrepared && kStaged)
+                                     ? 2
+                                     : (kTokens >= 32 ? 3 : 4);
 
 template <int kTokens, bool kPrepared, bool kStaged>
 __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared, kStaged>)
@@ -753,9 +755,10 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
 }
 
 // One CTA per (K tile, token tile): the tile's activation record, as the GEMM's CTAs would convert
-// it, written to records once for the call (token tile z's records after the previous tile's). (Launching the GEMM as a programmatic dependent of this grid, its
-// weights' first loads overlapping it, measured 1-1.5 us faster at M = 16 but 9 us slower at
-// M = 64 x 8192 x 8192 on the H200: not done.)
+// it, written to records once for the call (token tile z's records after the previous tile's).
+// (Launching the GEMM as a programmatic dependent of this grid, its weights' first loads
+// overlapping it, measured 1-1.5 us faster at M = 16 but 9 us slower at M = 64 x 8192 x 8192 on the
+// H200: not done.)
 template <int kTokens, bool kPrepared>
 __global__ void __launch_bounds__(kThreads)
     stage_activations_kernel(const GemmProblem p, uint8_t* records) {
@@ -864,7 +867,8 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
 // Whether the context's workspace holds the problem's activation records.
 template <int kTokens>
 bool records_fit(const GemmProblem& p) {
-  return p.workspace != nullptr && static_cast<int64_t>(p.workspace_bytes) >= staged_bytes<kTokens>(p);
+  return p.workspace != nullptr &&
+         static_cast<int64_t>(p.workspace_bytes) >= staged_bytes<kTokens>(p);
 }
 
 // With a workspace that holds the records, the activations are converted once for the call

@@ -275,7 +275,8 @@ __device__ __forceinline__ void mma_m64n64k32_rs(int32_t (&d)[32], const uint32_
 #endif
 }
 
-// N = 128, A signed (the token tiles of M > 64).
+// N = 128, A signed (the token tiles of M > 64). Operand lists laid out as in the wrappers above.
+// clang-format off
 __device__ __forceinline__ void mma_s8_m64n128k32_rs(int32_t (&d)[64], const uint32_t (&a)[4],
                                                   uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -296,6 +297,7 @@ __device__ __forceinline__ void mma_s8_m64n128k32_rs(int32_t (&d)[64], const uin
   __trap();
 #endif
 }
+// clang-format on
 
 // Keeps the compiler from moving int32 accumulator reads or writes across wgmma fences and waits.
 template <int kCount>
