@@ -110,6 +110,14 @@ struct ActivationRecord {
   static constexpr int kSlotStride = (kBytes + 1023) / 1024 * 1024;
 };
 
+// Where the record of K tile `tile` of token tile `token_tile` lies in the workspace (the staging
+// kernel writes it there, the GEMM copies it): each token tile's `tiles` records in turn.
+template <int kTokens>
+__host__ __device__ constexpr size_t record_offset(int64_t token_tile, int64_t tiles,
+                                                   int64_t tile) {
+  return static_cast<size_t>(token_tile * tiles + tile) * ActivationRecord<kTokens>::kBytes;
+}
+
 // Where activation row `token`'s factor sits in a record: the promotion's lane t needs rows
 // 8 j + 2 t and 8 j + 2 t + 1 for every j, so rows 16 i + 2 t + {0, 1} and 16 i + 8 + 2 t + {0, 1}
 // are adjacent (one 16-byte load per pair of j).
@@ -550,8 +558,9 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
   const auto copy_record = [&](int tile) {
     const int slot = (tile - tile_begin) % kSlots;
     pipeline::arrive_expect_tx(&full[slot], R::kBytes);
-    const size_t index = token_tile<kTokens>() * tiles + tile;  // token tiles' records in turn
-    pipeline::bulk_load(record(slot), records + index * R::kBytes, R::kBytes, &full[slot]);
+    pipeline::bulk_load(record(slot),
+                        records + record_offset<kTokens>(token_tile<kTokens>(), tiles, tile),
+                        R::kBytes, &full[slot]);
   };
   if constexpr (kStaged) {
     if (threadIdx.x == 0) {
@@ -784,8 +793,8 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<int*>(record + R::kAllowOffset) = bases.allow;
   }
   __syncthreads();
-  const size_t index = size_t{blockIdx.y} * gridDim.x + tile;
-  uint4* out = reinterpret_cast<uint4*>(records + index * R::kBytes);
+  uint4* out =
+      reinterpret_cast<uint4*>(records + record_offset<kTokens>(blockIdx.y, gridDim.x, tile));
   for (int i = static_cast<int>(threadIdx.x); i < R::kBytes / 16; i += kThreads)
     out[i] = reinterpret_cast<const uint4*>(record)[i];
 #else
