@@ -556,6 +556,13 @@ TEST_F(CudaBackend, DecodeFoldedAndExactPathsAcrossSplits) {
                           split, "cuda.decode", 0});
         if (HasFatalFailure()) return;
       }
+  // Folding rows at the E8M0 extremes: A's bases 0..3 and B's rows 128..255 at 248..251, where
+  // fp32 holds the products but the promotion's constant (fold::TileSumScale) does not, so those
+  // tiles take the exact path; B's rows 0..127 (bases 0..3) fail fp32's range check.
+  for (bool prepared : {false, true})
+    run_case(ctx_, rng_,
+             GemmCase{8, 300, 1024, A4W4_DTYPE_F32, false, true, kExtremeFoldScales, prepared, 0,
+                      "cuda.decode", 0});
 }
 
 TEST_F(CudaBackend, Bf16FamilyMatchesTheReference) {

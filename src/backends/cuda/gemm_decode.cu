@@ -65,11 +65,11 @@ constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
 template <int kGroupCount>
 constexpr int kSlotBytes = (1024 + 64) * kGroupCount;
 
-// The folding helpers (kMaxShift, fold_row, tile_sum_to_float, fp32_accumulation_safe) are shared
-// with the int8 wgmma family: int8_fold.cuh; the magnitude tables with every int8 conversion:
-// device_common.cuh.
-using fold::fold_row, fold::FoldedRow, fold::fp32_accumulation_safe, fold::kMaxShift,
-    fold::tile_sum_to_float, fold::weight_block, fold::WeightBlock;
+// The folding helpers (kMaxShift, fold_row, TileSumScale, fp32_accumulation_safe) are shared with
+// the skinny and int8 wgmma families: int8_fold.cuh; the magnitude tables with every int8
+// conversion: device_common.cuh.
+using fold::fold_row, fold::FoldedRow, fold::fp32_accumulation_safe, fold::kMaxScaledTileSumBase,
+    fold::kMaxShift, fold::TileSumScale, fold::weight_block, fold::WeightBlock;
 
 // Activation staging, per number of 8-row activation tiles: a chunk of K tiles is converted once
 // per CTA (fewer tiles per chunk for large M keeps two CTAs per SM). Each warp converts whole
@@ -405,9 +405,9 @@ __device__ __forceinline__ void multiply_tile(const Stage<kNTiles>& act, int til
   const uint32_t b_lo =
       min(row_exists[0] ? rows[0].base : 0xFFu, row_exists[1] ? rows[1].base : 0xFFu);
   const uint32_t b_hi = max(row_exists[0] ? rows[0].base : 0u, row_exists[1] ? rows[1].base : 0u);
-  // 2^(base - 129) per weight row; the extra 1/4 undoes the doubling of both operands.
-  const float fb[2] = {__uint_as_float((rows[0].base - 2) << 23),
-                       __uint_as_float((rows[1].base - 2) << 23)};
+  // Tile sums times 2^(base - 129) per weight row (the extra 1/4 undoes the doubling of both
+  // operands), in one integer add and one float add.
+  const TileSumScale scale[2] = {TileSumScale(rows[0].base), TileSumScale(rows[1].base)};
   WeightBlock folded[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j)
@@ -420,7 +420,8 @@ __device__ __forceinline__ void multiply_tile(const Stage<kNTiles>& act, int til
     const uint32_t summary = act.summary[tile_in_chunk * kNTiles + nt];
     const uint32_t a_lo = summary & 0xFFu, a_hi = (summary >> 8) & 0xFFu;
     const bool fast_path =
-        __all_sync(0xFFFFFFFFu, lane_folded && fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi)) &&
+        __all_sync(0xFFFFFFFFu, lane_folded && fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi) &&
+                                    b_hi <= kMaxScaledTileSumBase) &&
         ((summary >> 16) & 1u);
     // The activation row of column n of the MMA is nt * 8 + n; lane (g, t) supplies column g.
     const uint8_t* act_row =
@@ -438,10 +439,10 @@ __device__ __forceinline__ void multiply_tile(const Stage<kNTiles>& act, int til
       // Accumulator i: weight row g (+8 for i >= 2), activation row nt * 8 + 2t + (i & 1).
       const float2 fa = *reinterpret_cast<const float2*>(act.factor + tile_in_chunk * Shape::kRows +
                                                          nt * 8 + 2 * t);
-      fast[nt][0] = fmaf(tile_sum_to_float(sum[0][0], sum[1][0]), fa.x * fb[0], fast[nt][0]);
-      fast[nt][1] = fmaf(tile_sum_to_float(sum[0][1], sum[1][1]), fa.y * fb[0], fast[nt][1]);
-      fast[nt][2] = fmaf(tile_sum_to_float(sum[0][2], sum[1][2]), fa.x * fb[1], fast[nt][2]);
-      fast[nt][3] = fmaf(tile_sum_to_float(sum[0][3], sum[1][3]), fa.y * fb[1], fast[nt][3]);
+      fast[nt][0] = fmaf(scale[0](sum[0][0] + sum[1][0]), fa.x, fast[nt][0]);
+      fast[nt][1] = fmaf(scale[0](sum[0][1] + sum[1][1]), fa.y, fast[nt][1]);
+      fast[nt][2] = fmaf(scale[1](sum[0][2] + sum[1][2]), fa.x, fast[nt][2]);
+      fast[nt][3] = fmaf(scale[1](sum[0][3] + sum[1][3]), fa.y, fast[nt][3]);
     } else {
       exact_blocks<Shape::kBlocks>(
           exact + nt * 4, w0, w1, scales, act_row,
@@ -486,7 +487,9 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
                   fp32_accumulation_safe(summary & 0xFFu, (summary >> 8) & 0xFFu, b_lo, b_hi);
   }
   // A warp without existing rows (b_lo > b_hi) has nothing to check.
-  if (!__all_sync(0xFFFFFFFFu, b_lo > b_hi || (lane_folded && acts_folded))) return false;
+  if (!__all_sync(0xFFFFFFFFu, b_lo > b_hi || (lane_folded && acts_folded &&
+                                               b_hi <= kMaxScaledTileSumBase)))
+    return false;
 
   // Block by block: each block's weight operands (both groups) meet every activation tile, so
   // only one block's operands are live at a time.
@@ -521,14 +524,15 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
                                                        nt * 8 + 2 * t);
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
-      // 2^(base - 129) per weight row; the extra 1/4 undoes the doubling of both operands.
-      const float fb[2] = {__uint_as_float((rows[group][0].base - 2) << 23),
-                           __uint_as_float((rows[group][1].base - 2) << 23)};
+      // Tile sums times 2^(base - 129) per weight row (the extra 1/4 undoes the doubling of both
+      // operands).
+      const TileSumScale scale[2] = {TileSumScale(rows[group][0].base),
+                                     TileSumScale(rows[group][1].base)};
       // Accumulator i: weight row g (+8 for i >= 2), activation row nt * 8 + 2t + (i & 1).
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        fast[group][nt][i] = fmaf(tile_sum_to_float(sum[group][nt][0][i], sum[group][nt][1][i]),
-                                  (i & 1 ? fa.y : fa.x) * fb[i >> 1], fast[group][nt][i]);
+        fast[group][nt][i] = fmaf(scale[i >> 1](sum[group][nt][0][i] + sum[group][nt][1][i]),
+                                  i & 1 ? fa.y : fa.x, fast[group][nt][i]);
     }
   }
   return true;

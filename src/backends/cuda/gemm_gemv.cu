@@ -231,7 +231,7 @@ __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
       scale_min = min(scale_min, load.scales[c]), scale_max = max(scale_max, load.scales[c]);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
-        const float sum = fold::tile_sum_to_float(sums[m]);  // exact: |sum| <= 4608
+        const float sum = fold::small_int_to_float(sums[m]);  // exact: |sum| <= 4608
         const float factor =
             __int_as_float(static_cast<int32_t>(load.scales[c]) * (1 << 23) + act.exponent_bits[m]);
         fast[c * kM + m] = fmaf(sum, factor, fast[c * kM + m]);

@@ -568,7 +568,7 @@ __device__ void convert_tiles(const GemmProblem& p, const StagedOperand& a,
 // factors beside its stage): the factor product and the term are exact (the verdict keeps them in
 // fp32's normal range), the add rounds once. The int32 -> fp32 conversion (exact: |sum| < 2^24)
 // is __int2float_rn, one I2FP.F32.S32 on sm_90 (not the quarter-rate I2F that
-// fold::tile_sum_to_float avoids with two instructions): 3 instructions per accumulator.
+// fold::TileSumScale and fold::small_int_to_float avoid): 3 instructions per accumulator.
 __device__ __forceinline__ void promote(float (&acc)[kAcc], const int32_t (&sum)[kAcc], float fa0,
                                         float fa1, const float* b_factors) {
   // B's factors of columns 8 j + 2 q + {0, 1}, j = 0..15: 32 consecutive floats (factor_slot).

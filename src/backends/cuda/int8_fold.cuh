@@ -44,17 +44,18 @@ struct FoldedRow {
   return lo > hi || (hi - lo <= kMaxShift && lo <= 0xFFu - 1 - kMaxShift);
 }
 
-// An int32 tile sum (or the sum of two) as fp32 without the quarter-rate I2F: |x| < 2^22 (a tile
-// sum is at most 128 * 96 * 96 < 2^21) added to 1.5 * 2^23 lands exactly on an integer of that
-// binade.
-[[maybe_unused]] __device__ __forceinline__ float tile_sum_to_float(int32_t a, int32_t b = 0) {
-  return __int_as_float(0x4B400000 + a + b) - 12582912.0f;
+// An int32 sum (|x| < 2^22) as fp32 without the quarter-rate I2F: added to 1.5 * 2^23 it lands
+// exactly on an integer of that binade (cuda.gemv's block sums, whose factors vary per block).
+[[maybe_unused]] __device__ __forceinline__ float small_int_to_float(int32_t a) {
+  return __int_as_float(0x4B400000 + a) - 12582912.0f;
 }
 
-// A tile sum times a weight row's factor 2^(base - 129) as fp32, exactly, in two instructions
-// instead of tile_sum_to_float's two and a multiply: the sum (|sum| < 2^22) added to the bits of
-// 1.5 * 2^(base - 106) lands on that binade's grid of spacing 2^(base - 129), and the constant is
-// subtracted again. The constant is a finite normal fp32 for base <= kMaxScaledTileSumBase.
+// A tile sum (|sum| < 2^22; a tile's is at most 128 * 96 * 96 < 2^21) times a weight row's factor
+// 2^(base - 129) as fp32, exactly, in two instructions and without the quarter-rate I2F: the sum
+// added to the bits of 1.5 * 2^(base - 106) lands on that binade's grid of spacing 2^(base - 129),
+// and the constant is subtracted again. The constant is a finite normal fp32 for
+// base <= kMaxScaledTileSumBase (callers send larger bases to their exact paths), and the result
+// is normal for base >= 3 (fp32_accumulation_safe).
 inline constexpr uint32_t kMaxScaledTileSumBase = 233;
 struct TileSumScale {
   uint32_t magic;  // the bits of 1.5 * 2^(base - 106)
