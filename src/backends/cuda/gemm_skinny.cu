@@ -67,6 +67,7 @@ constexpr int kRows = 64;      // weight rows (columns of D) per CTA
 constexpr int kMaxSplits = 8;  // portable cluster size
 constexpr int kLead = 2;       // weight K tiles loaded ahead into registers
 constexpr int kMaxTokens = 128;            // activation rows per CTA
+constexpr int kMaxUnstagedTokens = 64;     // the largest token tile that may convert per CTA
 constexpr int64_t kMaxTokenTiles = 65535;  // the grid's z
 
 // The CTA's token tile: only M > kMaxTokens has more than one (a constant 0 below keeps the
@@ -540,6 +541,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
   const bool a_aligned =
       reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
   const bool a_words = fold::scale_words(p.a);
+  const int64_t token0 = token_tile<kTokens>() * kTokens;  // the token tile's first activation row
   // Whether this lane's rows exist (the others are read from valid rows and never stored).
   const bool g_exists = row0 + 16 * warp + g < p.n, h_exists = row0 + 16 * warp + g + 8 < p.n;
   const auto record = [&](int slot) { return smem + slot * R::kSlotStride; };
@@ -574,7 +576,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
   } else {
 #pragma unroll
     for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i)
-      items[i].init(p, i, token_tile<kTokens>() * kTokens);
+      items[i].init(p, i, token0);
     if (tile_begin < tile_end) {
       load_activations<kTokens, kPrepared>(items, tile_begin, blocks, a_aligned, a_words, act);
       store_activations<kTokens, kPrepared>(items, act, record(0));
@@ -750,7 +752,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int e = e0 + u * kThreads;
-      const int64_t token = token_tile<kTokens>() * kTokens + e / kRows, n = row0 + e % kRows;
+      const int64_t token = token0 + e / kRows, n = row0 + e % kRows;
       if (e < last && token < p.m && n < p.n) store_output(p, token, n, sums[u]);
     }
   }
@@ -887,7 +889,7 @@ bool records_fit(const GemmProblem& p) {
 // 8192 in 134 us against 48 staged).
 template <int kTokens, bool kPrepared>
 void launch(const GemmProblem& p) {
-  if constexpr (kTokens < kMaxTokens) {
+  if constexpr (kTokens <= kMaxUnstagedTokens) {
     if (!records_fit<kTokens>(p)) return launch_gemm<kTokens, kPrepared, false>(p, nullptr);
   }
   auto* records = static_cast<uint8_t*>(p.workspace);
@@ -904,7 +906,7 @@ void launch_for_m(const GemmProblem& p) {
   if (p.m <= 8) return launch<8, kPrepared>(p);
   if (p.m <= 16) return launch<16, kPrepared>(p);
   if (p.m <= 32) return launch<32, kPrepared>(p);
-  if (p.m <= 64) return launch<64, kPrepared>(p);
+  if (p.m <= kMaxUnstagedTokens) return launch<kMaxUnstagedTokens, kPrepared>(p);
   launch<kMaxTokens, kPrepared>(p);
 }
 
@@ -917,8 +919,9 @@ std::string gemm_skinny_why_not(const GemmProblem& p) {
     return "M = " + std::to_string(p.m) + " is above its limit of " +
            std::to_string(kMaxTokenTiles * kMaxTokens);
   if (p.split_k > 1) return "it takes no split_k (it splits K by whole 128-wide tiles itself)";
-  if (p.m > 64 && !records_fit<kMaxTokens>(p))
-    return "M above 64 needs a context workspace of at least " +
+  if (p.m > kMaxUnstagedTokens && !records_fit<kMaxTokens>(p))
+    return "M above " + std::to_string(kMaxUnstagedTokens) +
+           " needs a context workspace of at least " +
            std::to_string(staged_bytes<kMaxTokens>(p)) +
            " bytes (its activations are converted once per call there)";
   if (p.b.layout == A4W4_LAYOUT_PLAIN) {
