@@ -65,11 +65,11 @@ constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
 template <int kGroupCount>
 constexpr int kSlotBytes = (1024 + 64) * kGroupCount;
 
-// The folding helpers (kMaxShift, fold_row, TileSumScale, fp32_accumulation_safe) are shared with
+// The folding helpers (kMaxShift, fold_row, TileSumScale, tile_sum_scale_safe) are shared with
 // the skinny and int8 wgmma families: int8_fold.cuh; the magnitude tables with every int8
 // conversion: device_common.cuh.
-using fold::fold_row, fold::FoldedRow, fold::fp32_accumulation_safe, fold::kMaxScaledTileSumBase,
-    fold::kMaxShift, fold::TileSumScale, fold::weight_block, fold::WeightBlock;
+using fold::fold_row, fold::FoldedRow, fold::kMaxShift, fold::tile_sum_scale_safe,
+    fold::TileSumScale, fold::weight_block, fold::WeightBlock;
 
 // Activation staging, per number of 8-row activation tiles: a chunk of K tiles is converted once
 // per CTA (fewer tiles per chunk for large M keeps two CTAs per SM). Each warp converts whole
@@ -420,8 +420,7 @@ __device__ __forceinline__ void multiply_tile(const Stage<kNTiles>& act, int til
     const uint32_t summary = act.summary[tile_in_chunk * kNTiles + nt];
     const uint32_t a_lo = summary & 0xFFu, a_hi = (summary >> 8) & 0xFFu;
     const bool fast_path =
-        __all_sync(0xFFFFFFFFu, lane_folded && fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi) &&
-                                    b_hi <= kMaxScaledTileSumBase) &&
+        __all_sync(0xFFFFFFFFu, lane_folded && tile_sum_scale_safe(a_lo, a_hi, b_lo, b_hi)) &&
         ((summary >> 16) & 1u);
     // The activation row of column n of the MMA is nt * 8 + n; lane (g, t) supplies column g.
     const uint8_t* act_row =
@@ -484,12 +483,10 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
     if (nt >= n_tiles_used) break;  // uniform
     const uint32_t summary = act.summary[tile_in_chunk * kNTiles + nt];
     acts_folded = acts_folded && ((summary >> 16) & 1u) &&
-                  fp32_accumulation_safe(summary & 0xFFu, (summary >> 8) & 0xFFu, b_lo, b_hi);
+                  tile_sum_scale_safe(summary & 0xFFu, (summary >> 8) & 0xFFu, b_lo, b_hi);
   }
   // A warp without existing rows (b_lo > b_hi) has nothing to check.
-  if (!__all_sync(0xFFFFFFFFu, b_lo > b_hi || (lane_folded && acts_folded &&
-                                               b_hi <= kMaxScaledTileSumBase)))
-    return false;
+  if (!__all_sync(0xFFFFFFFFu, b_lo > b_hi || (lane_folded && acts_folded))) return false;
 
   // Block by block: each block's weight operands (both groups) meet every activation tile, so
   // only one block's operands are live at a time.

@@ -80,6 +80,15 @@ struct TileSumScale {
   return a_lo >= 1 && b_lo >= 3 && a_lo + b_lo >= 130 && a_hi + b_hi <= 330;
 }
 
+// fp32_accumulation_safe for a kernel that promotes with TileSumScale: also every weight base
+// within the range of its constant (cuda.decode; cuda.skinny states the same rule as bounds on the
+// weight base in its activation records).
+[[maybe_unused]] __device__ __forceinline__ bool tile_sum_scale_safe(uint32_t a_lo, uint32_t a_hi,
+                                                                     uint32_t b_lo,
+                                                                     uint32_t b_hi) {
+  return fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi) && b_hi <= kMaxScaledTileSumBase;
+}
+
 // What a set of (row, 128-K tile)s folded to: whether any does not fold, whether any chunk of
 // them did not fold to one base (mixed; the int8 family's chunks of 8 tiles), whether any tile
 // has high blocks (kept apart on their own scales), the smallest and the largest base; stored as
