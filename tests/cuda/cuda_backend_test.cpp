@@ -1160,17 +1160,93 @@ TEST_F(CudaBackend, StreamsAndGraphCapture) {
   cudaStreamDestroy(stream);
 }
 
+TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
+  // A long cuda.gemv (one wave, launched early, letting the next grid start at once) writes D1; a
+  // short one reads the first 64 columns of D1 as C. The short one's CTAs start while the long one
+  // runs, so its epilogue reads D1 before it is written unless it waits for the grid before it (D1
+  // starts as NaN). Back to back and in a graph, against the same calls with a synchronization.
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t n1 = 28672, k1 = 8192, n2 = 64, k2 = 256;
+  const Packed a1 = random_packed(rng_, 1, k1, 0, kTileLocalScales, 0);
+  const Packed b1 = random_packed(rng_, n1, k1, 0, kTileLocalScales, 0);
+  const Packed a2 = random_packed(rng_, 1, k2, 0, kTileLocalScales, 0);
+  const Packed b2 = random_packed(rng_, n2, k2, 0, kTileLocalScales, 0);
+  DeviceBuffer ga1(a1.data.size()), gas1(a1.scales.size()), gb1(b1.data.size()),
+      gbs1(b1.scales.size()), ga2(a2.data.size()), gas2(a2.scales.size()), gb2(b2.data.size()),
+      gbs2(b2.scales.size()), d1(n1 * 4), d2(n2 * 4);
+  ga1.upload(a1.data), gas1.upload(a1.scales), gb1.upload(b1.data), gbs1.upload(b1.scales);
+  ga2.upload(a2.data), gas2.upload(a2.scales), gb2.upload(b2.data), gbs2.upload(b2.scales);
+  const a4w4_tensor ta1 = tensor(ga1.get(), A4W4_DTYPE_E2M1, 1, k1, k1, gpu);
+  const a4w4_tensor tas1 = tensor(gas1.get(), A4W4_DTYPE_E8M0, 1, k1 / 32, k1 / 32, gpu);
+  const a4w4_tensor tb1 = tensor(gb1.get(), A4W4_DTYPE_E2M1, n1, k1, k1, gpu);
+  const a4w4_tensor tbs1 = tensor(gbs1.get(), A4W4_DTYPE_E8M0, n1, k1 / 32, k1 / 32, gpu);
+  const a4w4_tensor ta2 = tensor(ga2.get(), A4W4_DTYPE_E2M1, 1, k2, k2, gpu);
+  const a4w4_tensor tas2 = tensor(gas2.get(), A4W4_DTYPE_E8M0, 1, k2 / 32, k2 / 32, gpu);
+  const a4w4_tensor tb2 = tensor(gb2.get(), A4W4_DTYPE_E2M1, n2, k2, k2, gpu);
+  const a4w4_tensor tbs2 = tensor(gbs2.get(), A4W4_DTYPE_E8M0, n2, k2 / 32, k2 / 32, gpu);
+  const a4w4_tensor td1 = tensor(d1.get(), A4W4_DTYPE_F32, 1, n1, n1, gpu);
+  const a4w4_tensor tc2 = tensor(d1.get(), A4W4_DTYPE_F32, 1, n2, n1, gpu);  // D1's first columns
+  const a4w4_tensor td2 = tensor(d2.get(), A4W4_DTYPE_F32, 1, n2, n2, gpu);
+  a4w4_gemm_options first, second;
+  a4w4_gemm_options_init(&first);
+  a4w4_gemm_options_init(&second);
+  first.kernel = second.kernel = "cuda.gemv";
+  second.beta = 1.0f;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto calls = [&](bool synchronize) {
+    CUDA_OK(cudaMemsetAsync(d1.get(), 0xFF, n1 * 4, stream));
+    ASSERT_EQ(a4w4_gemm(ctx_, &ta1, &tas1, &tb1, &tbs1, nullptr, nullptr, &td1, &first, stream),
+              A4W4_SUCCESS)
+        << a4w4_last_error_message();
+    if (synchronize) {
+      CUDA_OK(cudaStreamSynchronize(stream));
+    }
+    ASSERT_EQ(a4w4_gemm(ctx_, &ta2, &tas2, &tb2, &tbs2, &tc2, nullptr, &td2, &second, stream),
+              A4W4_SUCCESS)
+        << a4w4_last_error_message();
+  };
+  calls(true);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  const std::vector<float> expected = d2.download<float>(n2);
+  for (float v : expected) ASSERT_FALSE(std::isnan(v));
+  for (int round = 0; round < 5; ++round) {
+    CUDA_OK(cudaMemset(d2.get(), 0, n2 * 4));
+    calls(false);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    ASSERT_EQ(d2.download<float>(n2), expected) << "back to back, round " << round;
+  }
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  calls(false);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  if (HasFatalFailure()) return;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 5; ++replay) {
+    CUDA_OK(cudaMemset(d2.get(), 0, n2 * 4));
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(d2.download<float>(n2), expected) << "graph, replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 TEST_F(CudaBackend, DependentCallsBackToBackAndInAGraph) {
   // cuda.gemv and cuda.skinny in a chain D_i+1 = A.B^T + D_i (beta = 1, C = the previous call's
   // D), run back to back and as a captured graph, equal the same chain with the stream
-  // synchronized after each call (each call reads what the previous one wrote).
+  // synchronized after each call (each call reads what the previous one wrote). cuda.gemv is
+  // launched early (programmatic dependent launch) and lets the next call start while it runs, so
+  // its chain fails if a call touches C or D before the previous one is done.
   const a4w4_device gpu = a4w4_cuda(0);
   const int64_t n = 1000, k = 4096;
   constexpr int kChain = 12;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (const auto& [kernel, m] :
-       {std::pair<const char*, int64_t>{"cuda.gemv", 2}, {"cuda.skinny", 8}}) {
+       {std::pair<const char*, int64_t>{"cuda.gemv", 1}, {"cuda.gemv", 2}, {"cuda.skinny", 8}}) {
     SCOPED_TRACE(kernel);
     const Packed a = random_packed(rng_, m, k, 0, kTileLocalScales, 0);
     const Packed b = random_packed(rng_, n, k, 0, kTileLocalScales, 0);

@@ -32,6 +32,18 @@ __device__ __forceinline__ uint4 load_packed_block(const uint8_t* src, bool alig
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// Programmatic dependent launch (LaunchOrder::kEarly, cluster_launch.h). allow_next_grid: the
+// next kernel on the stream may start once every CTA of this grid has run it.
+// wait_for_previous_grid: blocks until the previous grid has finished and its memory operations
+// are visible; nothing the previous work may write (or read: D) is touched before it. Both are
+// no-ops in a normal launch.
+__device__ __forceinline__ void allow_next_grid() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 // Component j (0..3) of v (a compile-time j once inlined).
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;

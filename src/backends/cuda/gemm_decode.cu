@@ -726,7 +726,8 @@ void launch(const GemmProblem& p, int splits, int64_t ctas) {
              "cudaFuncSetAttribute(gemm_decode_kernel)");
   launch_with_y_cluster(gemm_decode_kernel<kNTiles, kPrepared>,
                         dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits)), kThreads,
-                        shared_bytes<kNTiles>(), p.stream, "gemm_decode_kernel launch", p, splits);
+                        shared_bytes<kNTiles>(), p.stream, "gemm_decode_kernel launch",
+                        LaunchOrder::kAfterPrevious, p, splits);
 }
 
 // CTAs of this kind resident on one SM (registers and shared memory), asked once.

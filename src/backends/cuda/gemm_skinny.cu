@@ -871,8 +871,8 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
   const int per_split = (tiles + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows), static_cast<unsigned>(splits),
                   static_cast<unsigned>(token_tiles<kTokens>(p)));
-  launch_with_y_cluster(kernel, grid, kThreads, kBytes, p.stream, "gemm_skinny_kernel launch", p,
-                        per_split, records);
+  launch_with_y_cluster(kernel, grid, kThreads, kBytes, p.stream, "gemm_skinny_kernel launch",
+                        LaunchOrder::kAfterPrevious, p, per_split, records);
 }
 
 // Whether the context's workspace holds the problem's activation records.
