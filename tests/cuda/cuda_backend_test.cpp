@@ -1234,6 +1234,63 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
   cudaStreamDestroy(stream);
 }
 
+TEST_F(CudaBackend, EarlyLaunchedStagingWaitsForTheCallBefore) {
+  // cuda.skinny with a workspace: two calls with different activations stage their records into
+  // the same workspace. The second call's staging kernel is launched early (the first call's GEMM
+  // lets the next grid start while its CTAs run, here in two waves); unless it waits for that GEMM,
+  // it overwrites records the GEMM still copies. Back to back against the same calls synchronized.
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t m = 64, n = 28672, k = 8192;
+  const Packed a1 = random_packed(rng_, m, k, 0, kTileLocalScales, 0);
+  const Packed a2 = random_packed(rng_, m, k, 0, kTileLocalScales, 0);
+  const Packed b = random_packed(rng_, n, k, 0, kTileLocalScales, 0);
+  DeviceBuffer ga1(a1.data.size()), gas1(a1.scales.size()), ga2(a2.data.size()),
+      gas2(a2.scales.size()), gb(b.data.size()), gbs(b.scales.size()), d1(m * n * 4), d2(m * n * 4);
+  ga1.upload(a1.data), gas1.upload(a1.scales), ga2.upload(a2.data), gas2.upload(a2.scales);
+  gb.upload(b.data), gbs.upload(b.scales);
+  size_t bytes = 0;
+  ASSERT_EQ(a4w4_gemm_workspace_size(m, n, k, &bytes), A4W4_SUCCESS);
+  DeviceBuffer workspace(bytes);
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, workspace.get(), bytes), A4W4_SUCCESS);
+  const a4w4_tensor ta1 = tensor(ga1.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+  const a4w4_tensor tas1 = tensor(gas1.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+  const a4w4_tensor ta2 = tensor(ga2.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+  const a4w4_tensor tas2 = tensor(gas2.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+  const a4w4_tensor tb = tensor(gb.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+  const a4w4_tensor tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+  const a4w4_tensor td1 = tensor(d1.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  const a4w4_tensor td2 = tensor(d2.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.kernel = "cuda.skinny";
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto calls = [&](bool synchronize) {
+    ASSERT_EQ(a4w4_gemm(ctx_, &ta1, &tas1, &tb, &tbs, nullptr, nullptr, &td1, &options, stream),
+              A4W4_SUCCESS)
+        << a4w4_last_error_message();
+    if (synchronize) {
+      CUDA_OK(cudaStreamSynchronize(stream));
+    }
+    ASSERT_EQ(a4w4_gemm(ctx_, &ta2, &tas2, &tb, &tbs, nullptr, nullptr, &td2, &options, stream),
+              A4W4_SUCCESS)
+        << a4w4_last_error_message();
+  };
+  calls(true);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  const std::vector<float> expected1 = d1.download<float>(m * n);
+  const std::vector<float> expected2 = d2.download<float>(m * n);
+  for (int round = 0; round < 5; ++round) {
+    CUDA_OK(cudaMemset(d1.get(), 0, m * n * 4));
+    CUDA_OK(cudaMemset(d2.get(), 0, m * n * 4));
+    calls(false);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    ASSERT_EQ(d1.download<float>(m * n), expected1) << "first call, round " << round;
+    ASSERT_EQ(d2.download<float>(m * n), expected2) << "second call, round " << round;
+  }
+  cudaStreamDestroy(stream);
+}
+
 TEST_F(CudaBackend, DependentCallsBackToBackAndInAGraph) {
   // cuda.gemv and cuda.skinny in a chain D_i+1 = A.B^T + D_i (beta = 1, C = the previous call's
   // D), run back to back and as a captured graph, equal the same chain with the stream
