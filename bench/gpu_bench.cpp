@@ -370,6 +370,29 @@ std::string describe(BenchData data) {
   return "random codes, block scales typical (125..127)";
 }
 
+// An SM copy kernel moving `bytes` in all (half read, half written), rotating over buffers at
+// least three times the L2 size.
+double time_copy_of(double bytes, const GpuBenchOptions& options, const GpuDeviceFacts& facts,
+                    cudaStream_t stream) {
+  const size_t half = (static_cast<size_t>(bytes / 2) + 15) / 16 * 16;
+  const int sets = rotation_sets(2.0 * half, facts);
+  int sm_count = 0;
+  cuda_check(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, options.device),
+             "cudaDeviceGetAttribute");
+  std::vector<std::unique_ptr<DeviceAllocation>> src, dst;
+  for (int i = 0; i < sets; ++i) {
+    src.push_back(std::make_unique<DeviceAllocation>(half));
+    dst.push_back(std::make_unique<DeviceAllocation>(half));
+    cuda_check(fill_random(src[i]->ptr, half, 900 + i, FillKind::kBytes, stream), "fill");
+  }
+  return time_calls(
+      [&](cudaStream_t st, int i) {
+        cuda_check(copy_with_kernel(src[i % sets]->ptr, dst[i % sets]->ptr, half, sm_count, st),
+                   "copy");
+      },
+      stream, options);
+}
+
 GpuDeviceFacts measure_device(const GpuBenchOptions& options) {
   cuda_check(cudaSetDevice(options.device), "cudaSetDevice");
   cudaDeviceProp prop{};
@@ -467,6 +490,7 @@ std::vector<GpuBenchRow> run_gpu_gemm_bench(
         row.notes += fmt::format(" cuBLASLt fp8 failed: {}.", e.what());
       }
       cudaGetLastError();
+      row.copy_us = time_copy_of(row.bytes, options, facts, stream.get());
     }
     rows.push_back(row);
   }
@@ -505,9 +529,9 @@ QuantizeBenchRow run_gpu_quantize_bench(int64_t rows, int64_t cols, const GpuBen
 std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDeviceFacts& facts) {
   std::string out = fmt::format(
       "| M×N×K | label | kernel | a4w4 µs (prepared B) | a4w4 µs (plain B) | TFLOP/s | GB/s | % of "
-      "copy BW ({:.0f} GB/s) | floor µs | cuBLAS bf16 µs | cuBLASLt fp8 µs (M padded to 16) | × "
-      "bf16 | × fp8 |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "copy BW ({:.0f} GB/s) | copy of the same bytes µs | floor µs | cuBLAS bf16 µs | cuBLASLt "
+      "fp8 µs (M padded to 16) | × bf16 | × fp8 |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       facts.copy_gbps);
   for (const GpuBenchRow& r : rows) {
     const double best = r.best_us();
@@ -517,12 +541,12 @@ std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDev
       return base > 0 ? fmt::format("{:.2f}×", base / best) : std::string("—");
     };
     out += fmt::format(
-        "| {}×{}×{} | {}{} | {} | {} | {} | {:.1f} | {:.0f} | {:.0f}% | {:.1f} | {} | {} | {} | {} "
-        "|\n",
+        "| {}×{}×{} | {}{} | {} | {} | {} | {:.1f} | {:.0f} | {:.0f}% | {} | {:.1f} | {} | {} | {} "
+        "| {} |\n",
         r.shape.m, r.shape.n, r.shape.k, r.shape.label, r.notes, r.kernel, opt(r.a4w4_us),
         opt(r.a4w4_plain_us), r.flops / (best * 1e-6) / 1e12, gbps, 100.0 * gbps / facts.copy_gbps,
-        r.floor_us, opt(r.cublas_bf16_us), opt(r.cublaslt_fp8_us), ratio(r.cublas_bf16_us),
-        ratio(r.cublaslt_fp8_us));
+        opt(r.copy_us), r.floor_us, opt(r.cublas_bf16_us), opt(r.cublaslt_fp8_us),
+        ratio(r.cublas_bf16_us), ratio(r.cublaslt_fp8_us));
   }
   if (std::any_of(rows.begin(), rows.end(),
                   [](const GpuBenchRow& r) { return r.heuristic_us > 0; })) {

@@ -50,6 +50,10 @@ struct GpuBenchRow {
   }
   double bytes = 0, flops = 0;
   double floor_us = 0;  // max(bytes / 4.8 TB/s, flops / 1979 TFLOP/s): shared/docs/targets.md
+  // With baselines: an SM copy kernel moving the same bytes (half read, half written), timed the
+  // same way: what a kernel that only streams memory reaches at this size (ramp and tail
+  // included), beside the large copy the bandwidth percentages are taken against.
+  double copy_us = 0;
   std::string kernel;   // what ran (prepared B, else plain): "name[/split] (source)"
   std::string heuristic_kernel;  // with compare_heuristic: the heuristic's choice and its time
   double heuristic_us = 0;
