@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -45,6 +46,32 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_;
+};
+
+// The work enqueue() puts on `stream`, captured into a graph and instantiated (ok() says whether
+// every step succeeded; enqueue may fail its own assertions, which the caller checks with
+// HasFatalFailure()).
+class CapturedGraph {
+ public:
+  CapturedGraph(cudaStream_t stream, const std::function<void()>& enqueue) {
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return;
+    enqueue();
+    if (cudaStreamEndCapture(stream, &graph_) != cudaSuccess) return;
+    ok_ = cudaGraphInstantiate(&exec_, graph_, 0) == cudaSuccess;
+  }
+  ~CapturedGraph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  bool ok() const { return ok_; }
+  cudaError_t launch(cudaStream_t stream) const { return cudaGraphLaunch(exec_, stream); }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  bool ok_ = false;
 };
 
 size_t dtype_size(a4w4_dtype dtype) {
@@ -205,6 +232,17 @@ std::string describe(const GemmCase& c) {
          " kernel=" + (c.kernel ? c.kernel : "auto") + " pad=" + std::to_string(c.pad) +
          " a_pad=" + std::to_string(c.a_pad);
 }
+
+// A packed operand copied to GPU 0, with its values' and its scales' tensors.
+struct DeviceOperand {
+  DeviceBuffer data, scales;
+  a4w4_tensor values, scale;
+  explicit DeviceOperand(const Packed& p) : data(p.data.size()), scales(p.scales.size()) {
+    data.upload(p.data), scales.upload(p.scales);
+    values = tensor(data.get(), A4W4_DTYPE_E2M1, p.rows, p.k, p.stride, a4w4_cuda(0));
+    scale = tensor(scales.get(), A4W4_DTYPE_E8M0, p.rows, p.k / 32, p.scale_stride, a4w4_cuda(0));
+  }
+};
 
 // Runs one case on the GPU and on the CPU reference (same split_k) and compares bitwise
 // (cuda.generic with an explicit split_k) or element by element within the contract's accumulation
@@ -1143,19 +1181,15 @@ TEST_F(CudaBackend, StreamsAndGraphCapture) {
         << a4w4_last_error_message();
     CUDA_OK(cudaMemsetAsync(d2.get(), 0, m * n * 4, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
-    cudaGraph_t graph;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    const a4w4_status status =
-        a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td2, &options, stream);
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    a4w4_status status = A4W4_SUCCESS;
+    const CapturedGraph graph(stream, [&] {
+      status = a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td2, &options, stream);
+    });
     ASSERT_EQ(status, A4W4_SUCCESS) << kernel << ": " << a4w4_last_error_message();
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int replay = 0; replay < 3; ++replay) CUDA_OK(cudaGraphLaunch(exec, stream));
+    ASSERT_TRUE(graph.ok()) << kernel;
+    for (int replay = 0; replay < 3; ++replay) CUDA_OK(graph.launch(stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     EXPECT_EQ(d2.download<float>(m * n), d1.download<float>(m * n)) << kernel;
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
   }
   cudaStreamDestroy(stream);
 }
@@ -1167,23 +1201,11 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
   // starts as NaN). Back to back and in a graph, against the same calls with a synchronization.
   const a4w4_device gpu = a4w4_cuda(0);
   const int64_t n1 = 28672, k1 = 8192, n2 = 64, k2 = 256;
-  const Packed a1 = random_packed(rng_, 1, k1, 0, kTileLocalScales, 0);
-  const Packed b1 = random_packed(rng_, n1, k1, 0, kTileLocalScales, 0);
-  const Packed a2 = random_packed(rng_, 1, k2, 0, kTileLocalScales, 0);
-  const Packed b2 = random_packed(rng_, n2, k2, 0, kTileLocalScales, 0);
-  DeviceBuffer ga1(a1.data.size()), gas1(a1.scales.size()), gb1(b1.data.size()),
-      gbs1(b1.scales.size()), ga2(a2.data.size()), gas2(a2.scales.size()), gb2(b2.data.size()),
-      gbs2(b2.scales.size()), d1(n1 * 4), d2(n2 * 4);
-  ga1.upload(a1.data), gas1.upload(a1.scales), gb1.upload(b1.data), gbs1.upload(b1.scales);
-  ga2.upload(a2.data), gas2.upload(a2.scales), gb2.upload(b2.data), gbs2.upload(b2.scales);
-  const a4w4_tensor ta1 = tensor(ga1.get(), A4W4_DTYPE_E2M1, 1, k1, k1, gpu);
-  const a4w4_tensor tas1 = tensor(gas1.get(), A4W4_DTYPE_E8M0, 1, k1 / 32, k1 / 32, gpu);
-  const a4w4_tensor tb1 = tensor(gb1.get(), A4W4_DTYPE_E2M1, n1, k1, k1, gpu);
-  const a4w4_tensor tbs1 = tensor(gbs1.get(), A4W4_DTYPE_E8M0, n1, k1 / 32, k1 / 32, gpu);
-  const a4w4_tensor ta2 = tensor(ga2.get(), A4W4_DTYPE_E2M1, 1, k2, k2, gpu);
-  const a4w4_tensor tas2 = tensor(gas2.get(), A4W4_DTYPE_E8M0, 1, k2 / 32, k2 / 32, gpu);
-  const a4w4_tensor tb2 = tensor(gb2.get(), A4W4_DTYPE_E2M1, n2, k2, k2, gpu);
-  const a4w4_tensor tbs2 = tensor(gbs2.get(), A4W4_DTYPE_E8M0, n2, k2 / 32, k2 / 32, gpu);
+  const DeviceOperand a1(random_packed(rng_, 1, k1, 0, kTileLocalScales, 0));
+  const DeviceOperand b1(random_packed(rng_, n1, k1, 0, kTileLocalScales, 0));
+  const DeviceOperand a2(random_packed(rng_, 1, k2, 0, kTileLocalScales, 0));
+  const DeviceOperand b2(random_packed(rng_, n2, k2, 0, kTileLocalScales, 0));
+  DeviceBuffer d1(n1 * 4), d2(n2 * 4);
   const a4w4_tensor td1 = tensor(d1.get(), A4W4_DTYPE_F32, 1, n1, n1, gpu);
   const a4w4_tensor tc2 = tensor(d1.get(), A4W4_DTYPE_F32, 1, n2, n1, gpu);  // D1's first columns
   const a4w4_tensor td2 = tensor(d2.get(), A4W4_DTYPE_F32, 1, n2, n2, gpu);
@@ -1196,13 +1218,15 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto calls = [&](bool synchronize) {
     CUDA_OK(cudaMemsetAsync(d1.get(), 0xFF, n1 * 4, stream));
-    ASSERT_EQ(a4w4_gemm(ctx_, &ta1, &tas1, &tb1, &tbs1, nullptr, nullptr, &td1, &first, stream),
+    ASSERT_EQ(a4w4_gemm(ctx_, &a1.values, &a1.scale, &b1.values, &b1.scale, nullptr, nullptr, &td1,
+                        &first, stream),
               A4W4_SUCCESS)
         << a4w4_last_error_message();
     if (synchronize) {
       CUDA_OK(cudaStreamSynchronize(stream));
     }
-    ASSERT_EQ(a4w4_gemm(ctx_, &ta2, &tas2, &tb2, &tbs2, &tc2, nullptr, &td2, &second, stream),
+    ASSERT_EQ(a4w4_gemm(ctx_, &a2.values, &a2.scale, &b2.values, &b2.scale, &tc2, nullptr, &td2,
+                        &second, stream),
               A4W4_SUCCESS)
         << a4w4_last_error_message();
   };
@@ -1216,21 +1240,17 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
     CUDA_OK(cudaStreamSynchronize(stream));
     ASSERT_EQ(d2.download<float>(n2), expected) << "back to back, round " << round;
   }
-  cudaGraph_t graph;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  calls(false);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  if (HasFatalFailure()) return;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 5; ++replay) {
-    CUDA_OK(cudaMemset(d2.get(), 0, n2 * 4));
-    CUDA_OK(cudaGraphLaunch(exec, stream));
-    CUDA_OK(cudaStreamSynchronize(stream));
-    EXPECT_EQ(d2.download<float>(n2), expected) << "graph, replay " << replay;
+  {
+    const CapturedGraph graph(stream, [&] { calls(false); });
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(graph.ok());
+    for (int replay = 0; replay < 5; ++replay) {
+      CUDA_OK(cudaMemset(d2.get(), 0, n2 * 4));
+      CUDA_OK(graph.launch(stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      EXPECT_EQ(d2.download<float>(n2), expected) << "graph, replay " << replay;
+    }
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 
@@ -1241,23 +1261,14 @@ TEST_F(CudaBackend, EarlyLaunchedStagingWaitsForTheCallBefore) {
   // it overwrites records the GEMM still copies. Back to back against the same calls synchronized.
   const a4w4_device gpu = a4w4_cuda(0);
   const int64_t m = 64, n = 28672, k = 8192;
-  const Packed a1 = random_packed(rng_, m, k, 0, kTileLocalScales, 0);
-  const Packed a2 = random_packed(rng_, m, k, 0, kTileLocalScales, 0);
-  const Packed b = random_packed(rng_, n, k, 0, kTileLocalScales, 0);
-  DeviceBuffer ga1(a1.data.size()), gas1(a1.scales.size()), ga2(a2.data.size()),
-      gas2(a2.scales.size()), gb(b.data.size()), gbs(b.scales.size()), d1(m * n * 4), d2(m * n * 4);
-  ga1.upload(a1.data), gas1.upload(a1.scales), ga2.upload(a2.data), gas2.upload(a2.scales);
-  gb.upload(b.data), gbs.upload(b.scales);
+  const DeviceOperand a1(random_packed(rng_, m, k, 0, kTileLocalScales, 0));
+  const DeviceOperand a2(random_packed(rng_, m, k, 0, kTileLocalScales, 0));
+  const DeviceOperand b(random_packed(rng_, n, k, 0, kTileLocalScales, 0));
+  DeviceBuffer d1(m * n * 4), d2(m * n * 4);
   size_t bytes = 0;
   ASSERT_EQ(a4w4_gemm_workspace_size(m, n, k, &bytes), A4W4_SUCCESS);
   DeviceBuffer workspace(bytes);
   ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, workspace.get(), bytes), A4W4_SUCCESS);
-  const a4w4_tensor ta1 = tensor(ga1.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
-  const a4w4_tensor tas1 = tensor(gas1.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
-  const a4w4_tensor ta2 = tensor(ga2.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
-  const a4w4_tensor tas2 = tensor(gas2.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
-  const a4w4_tensor tb = tensor(gb.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
-  const a4w4_tensor tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
   const a4w4_tensor td1 = tensor(d1.get(), A4W4_DTYPE_F32, m, n, n, gpu);
   const a4w4_tensor td2 = tensor(d2.get(), A4W4_DTYPE_F32, m, n, n, gpu);
   a4w4_gemm_options options;
@@ -1266,13 +1277,15 @@ TEST_F(CudaBackend, EarlyLaunchedStagingWaitsForTheCallBefore) {
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto calls = [&](bool synchronize) {
-    ASSERT_EQ(a4w4_gemm(ctx_, &ta1, &tas1, &tb, &tbs, nullptr, nullptr, &td1, &options, stream),
+    ASSERT_EQ(a4w4_gemm(ctx_, &a1.values, &a1.scale, &b.values, &b.scale, nullptr, nullptr, &td1,
+                        &options, stream),
               A4W4_SUCCESS)
         << a4w4_last_error_message();
     if (synchronize) {
       CUDA_OK(cudaStreamSynchronize(stream));
     }
-    ASSERT_EQ(a4w4_gemm(ctx_, &ta2, &tas2, &tb, &tbs, nullptr, nullptr, &td2, &options, stream),
+    ASSERT_EQ(a4w4_gemm(ctx_, &a2.values, &a2.scale, &b.values, &b.scale, nullptr, nullptr, &td2,
+                        &options, stream),
               A4W4_SUCCESS)
         << a4w4_last_error_message();
   };
@@ -1342,18 +1355,12 @@ TEST_F(CudaBackend, DependentCallsBackToBackAndInAGraph) {
     CUDA_OK(cudaStreamSynchronize(stream));
     EXPECT_EQ(d[kChain]->download<float>(static_cast<size_t>(m * n)), expected) << "back to back";
     CUDA_OK(cudaMemset(d[kChain]->get(), 0, bytes));
-    cudaGraph_t graph;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    chain(false);
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    const CapturedGraph graph(stream, [&] { chain(false); });
     if (HasFatalFailure()) return;
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int replay = 0; replay < 3; ++replay) CUDA_OK(cudaGraphLaunch(exec, stream));
+    ASSERT_TRUE(graph.ok());
+    for (int replay = 0; replay < 3; ++replay) CUDA_OK(graph.launch(stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     EXPECT_EQ(d[kChain]->download<float>(static_cast<size_t>(m * n)), expected) << "graph";
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
   }
   cudaStreamDestroy(stream);
 }
