@@ -1254,6 +1254,51 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
   cudaStreamDestroy(stream);
 }
 
+TEST_F(CudaBackend, EarlyLaunchedQuantizeWaitsForTheCallBefore) {
+  // A long cuda.gemv (launched early, letting the next grid start at once) writes D (NaN before);
+  // the quantizer, launched early too, quantizes D. Its CTAs start while the GEMM runs, so they
+  // read D before it is written unless they wait for the grid before them.
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t n = 28672, k = 8192;
+  const DeviceOperand a(random_packed(rng_, 1, k, 0, kTileLocalScales, 0));
+  const DeviceOperand b(random_packed(rng_, n, k, 0, kTileLocalScales, 0));
+  DeviceBuffer d(n * 4), q(n / 2), s(n / 32);
+  const a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, 1, n, n, gpu);
+  const a4w4_tensor tq = tensor(q.get(), A4W4_DTYPE_E2M1, 1, n, n, gpu);
+  const a4w4_tensor ts = tensor(s.get(), A4W4_DTYPE_E8M0, 1, n / 32, n / 32, gpu);
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.kernel = "cuda.gemv";
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto calls = [&](bool synchronize) {
+    CUDA_OK(cudaMemsetAsync(d.get(), 0xFF, n * 4, stream));
+    ASSERT_EQ(a4w4_gemm(ctx_, &a.values, &a.scale, &b.values, &b.scale, nullptr, nullptr, &td,
+                        &options, stream),
+              A4W4_SUCCESS)
+        << a4w4_last_error_message();
+    if (synchronize) {
+      CUDA_OK(cudaStreamSynchronize(stream));
+    }
+    ASSERT_EQ(a4w4_quantize(ctx_, &td, &tq, &ts, A4W4_SCALE_RCEIL, stream), A4W4_SUCCESS)
+        << a4w4_last_error_message();
+  };
+  calls(true);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  const std::vector<uint8_t> codes = q.download<uint8_t>(n / 2),
+                             scales = s.download<uint8_t>(n / 32);
+  for (uint8_t scale : scales) ASSERT_NE(scale, 0xFF);  // no NaN block
+  for (int round = 0; round < 5; ++round) {
+    CUDA_OK(cudaMemset(q.get(), 0, n / 2));
+    CUDA_OK(cudaMemset(s.get(), 0, n / 32));
+    calls(false);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    ASSERT_EQ(q.download<uint8_t>(n / 2), codes) << "round " << round;
+    ASSERT_EQ(s.download<uint8_t>(n / 32), scales) << "round " << round;
+  }
+  cudaStreamDestroy(stream);
+}
+
 TEST_F(CudaBackend, EarlyLaunchedStagingWaitsForTheCallBefore) {
   // cuda.skinny with a workspace: two calls with different activations stage their records into
   // the same workspace. The second call's staging kernel is launched early (the first call's GEMM

@@ -36,12 +36,16 @@ __device__ __forceinline__ uint4 load_packed_block(const uint8_t* src, bool alig
 // next kernel on the stream may start once every CTA of this grid has run it.
 // wait_for_previous_grid: blocks until the previous grid has finished and its memory operations
 // are visible; nothing the previous work may write (or read: D) is touched before it. Both are
-// no-ops in a normal launch.
+// no-ops in a normal launch, and before sm_90 (which has no such launch).
 __device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 // Component j (0..3) of v (a compile-time j once inlined).

@@ -10,6 +10,7 @@
 
 #include <type_traits>
 
+#include "backends/cuda/cluster_launch.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -114,6 +115,10 @@ __device__ __forceinline__ uint32_t magnitude_code(float y) {
 // bytes and the scale byte. A warp covers 32 consecutive blocks of a row (or rows).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeProblem p, bool vector_ok) {
+  // Launched early on sm_90 (see quantize()): the next kernel may start as this grid's last CTAs
+  // do, and nothing is read or written before the kernel ahead of this one is done.
+  allow_next_grid();
+  wait_for_previous_grid();
   const int64_t blocks_per_row = p.cols / 32;
   const int64_t block = int64_t{blockIdx.x} * kThreads + threadIdx.x;
   if (block >= p.rows * blocks_per_row) return;
@@ -184,20 +189,15 @@ void quantize(const QuantizeProblem& p) {
   const int64_t blocks = p.rows * (p.cols / 32);
   if ((blocks + kThreads - 1) / kThreads > 0x7FFFFFFF)
     fail(A4W4_ERROR_INVALID_ARGUMENT, "x: too many elements for one quantize launch");
-  const int grid = static_cast<int>((blocks + kThreads - 1) / kThreads);
-  auto stream = static_cast<cudaStream_t>(p.stream);
-  switch (p.x.dtype) {
-    case A4W4_DTYPE_BF16:
-      quantize_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p, vector_ok);
-      break;
-    case A4W4_DTYPE_F16:
-      quantize_kernel<__half><<<grid, kThreads, 0, stream>>>(p, vector_ok);
-      break;
-    default:
-      quantize_kernel<float><<<grid, kThreads, 0, stream>>>(p, vector_ok);
-      break;
-  }
-  check_launch("quantize_kernel");
+  const dim3 grid(static_cast<unsigned>((blocks + kThreads - 1) / kThreads));
+  // On sm_90 its start overlaps the end of the kernel ahead of it (programmatic dependent launch).
+  const LaunchOrder order =
+      device_info(p.device.ordinal).major >= 9 ? LaunchOrder::kEarly : LaunchOrder::kAfterPrevious;
+  const auto kernel = p.x.dtype == A4W4_DTYPE_BF16  ? quantize_kernel<__nv_bfloat16>
+                      : p.x.dtype == A4W4_DTYPE_F16 ? quantize_kernel<__half>
+                                                    : quantize_kernel<float>;
+  launch_kernel(kernel, grid, kThreads, 0, p.stream, "quantize_kernel launch", order, false, p,
+                vector_ok);
 }
 
 void dequantize(const DequantizeProblem& p) {
