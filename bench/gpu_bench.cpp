@@ -376,9 +376,6 @@ double time_copy_of(double bytes, const GpuBenchOptions& options, const GpuDevic
                     cudaStream_t stream) {
   const size_t half = (static_cast<size_t>(bytes / 2) + 15) / 16 * 16;
   const int sets = rotation_sets(2.0 * half, facts);
-  int sm_count = 0;
-  cuda_check(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, options.device),
-             "cudaDeviceGetAttribute");
   std::vector<std::unique_ptr<DeviceAllocation>> src, dst;
   for (int i = 0; i < sets; ++i) {
     src.push_back(std::make_unique<DeviceAllocation>(half));
@@ -387,8 +384,9 @@ double time_copy_of(double bytes, const GpuBenchOptions& options, const GpuDevic
   }
   return time_calls(
       [&](cudaStream_t st, int i) {
-        cuda_check(copy_with_kernel(src[i % sets]->ptr, dst[i % sets]->ptr, half, sm_count, st),
-                   "copy");
+        cuda_check(
+            copy_with_kernel(src[i % sets]->ptr, dst[i % sets]->ptr, half, facts.sm_count, st),
+            "copy");
       },
       stream, options);
 }
@@ -400,6 +398,7 @@ GpuDeviceFacts measure_device(const GpuBenchOptions& options) {
   GpuDeviceFacts facts;
   facts.name = prop.name;
   facts.l2_bytes = prop.l2CacheSize;
+  facts.sm_count = prop.multiProcessorCount;
   // Copy bandwidth: a 2 GiB device-to-device copy by an SM kernel, bytes read + written.
   const size_t bytes = size_t{1} << 31;
   DeviceAllocation src(bytes), dst(bytes);
@@ -409,7 +408,7 @@ GpuDeviceFacts measure_device(const GpuBenchOptions& options) {
   copy_options.graph_us = 20000;
   const double us = time_calls(
       [&](cudaStream_t st, int) {
-        cuda_check(copy_with_kernel(src.ptr, dst.ptr, bytes, prop.multiProcessorCount, st), "copy");
+        cuda_check(copy_with_kernel(src.ptr, dst.ptr, bytes, facts.sm_count, st), "copy");
       },
       stream.get(), copy_options);
   facts.copy_gbps = 2.0 * bytes / (us * 1e-6) / 1e9;

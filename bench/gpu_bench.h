@@ -64,6 +64,7 @@ struct GpuDeviceFacts {
   std::string name;
   double copy_gbps = 0;  // measured device-to-device copy, bytes read + written per second / 1e9
   double l2_bytes = 0;
+  int sm_count = 0;  // for the copy kernel's grid
 };
 
 GpuDeviceFacts measure_device(const GpuBenchOptions& options);
