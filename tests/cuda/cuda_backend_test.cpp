@@ -477,8 +477,8 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
         ++v;
       }
   // M = 1 with N wide enough for three steps per warp or more (the next step loaded ahead), with
-  // one and two K chunks (one and two warps).
-  for (int64_t k : {1024, 2048})
+  // one, two and eight K chunks (one, two and eight warps of one CTA; the last chunk partial).
+  for (int64_t k : {1024, 2048, 7200})
     run_case(ctx_, rng_,
              GemmCase{1, 20000, k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, false, 0,
                       "cuda.gemv", 0});

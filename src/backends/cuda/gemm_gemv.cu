@@ -23,11 +23,11 @@
 // Work split: K is cut into chunks of 32 blocks (one per lane). Each warp owns one chunk (or,
 // beyond 32 chunks, several), converts its activations once, and streams the chunk's blocks of
 // every column of its CTA's column tile, 8 columns per step (8 loads in flight per lane; at M = 1
-// the next step's 8 are loaded while one is summed). The warps of a CTA (up to 4) and the CTAs of
-// a thread-block cluster (up to 8) cover the chunks of one column tile; the sums are added in a
-// fixed order (warps, then cluster ranks through distributed shared memory), so results do not
-// depend on timing. The column tile (8 to 128 columns) is sized by a wave model over the clusters
-// that can be resident at once (choose_shape).
+// the next step's 8 are loaded while one is summed). The warps of a CTA (up to 4, or 8 at M = 1)
+// and the CTAs of a thread-block cluster (up to 8) cover the chunks of one column tile; the sums
+// are added in a fixed order (warps, then cluster ranks through distributed shared memory), so
+// results do not depend on timing. The column tile (8 to 128 columns) is sized by a wave model over
+// the clusters that can be resident at once (choose_shape).
 #include <cooperative_groups.h>
 
 #include <atomic>
@@ -43,8 +43,11 @@
 namespace a4w4::cuda {
 namespace {
 
-constexpr int kMaxWarps = 4;
-constexpr int kThreads = kMaxWarps * 32;
+// Warps per CTA: 4, or 8 where that makes one CTA cover K (5 to 8 chunks) on a plain B at M = 1:
+// the chunks are then reduced in shared memory instead of over a cluster of two CTAs (H200: 1 x
+// 8192 x 8192 11.9 -> 11.2 us, 1 x 10240 x 8192 14.0 -> 13.2, 1 x 28672 x 8192 32.9 -> 32.1; but
+// clusters of 8-warp CTAs at K = 28672, a prepared B and M = 2 were slower).
+constexpr int kMaxWarps = 8;
 constexpr int kMaxTileColumns = 128;  // columns per column tile (CTA), in groups of kCols
 constexpr int kChunkBlocks = 32;      // one block per lane
 constexpr int kMaxClusterCtas = 8;    // portable cluster size
@@ -52,7 +55,7 @@ constexpr int64_t kGemvMaxM = 4;
 
 // How a launch cuts the problem (uniform over the grid).
 struct GemvShape {
-  int warps;    // per CTA, <= kMaxWarps
+  int warps;    // per CTA, <= kWarps
   int cluster;  // CTAs per column tile, <= kMaxClusterCtas
   int groups;   // column groups per column tile
   int waves;    // of the clusters resident at once, 2 for two or more (the launch order)
@@ -171,6 +174,14 @@ struct GroupLoad {
   uint32_t scales[kCols];
 };
 
+// A plain B's block scale, asking L2 for the 256 bytes around it: the warps of the other K chunks
+// read the rest of the row's scales at about the same time (H200: 1-4% faster at M = 1..4).
+__device__ __forceinline__ uint32_t load_scale_run(const uint8_t* p) {
+  uint32_t scale;
+  asm volatile("ld.global.nc.L2::256B.u8 %0, [%1];" : "=r"(scale) : "l"(p));
+  return scale;
+}
+
 template <int kCols, bool kPrepared>
 __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0, int columns,
                                            int64_t block, GroupLoad<kCols>& load) {
@@ -206,7 +217,7 @@ __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0
     load.scales[c] = 127;
     if (c < columns) {
       load.weights[c] = __ldcs(reinterpret_cast<const uint4*>(weight_row));
-      load.scales[c] = __ldcs(scale_row);
+      load.scales[c] = load_scale_run(scale_row);
     }
     weight_row += p.b.stride_bytes, scale_row += p.b.scale_stride;
   }
@@ -241,14 +252,17 @@ __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
   }
 }
 
-// CTAs per SM as a bound: the register budgets the plain-B kernels reached when unbounded (96 at
-// M = 1, 128 at M = 1 loading ahead and at M = 2, 168 at M = 4), which the prepared-B loads (four
-// 4-byte words a block) would otherwise exceed (242 at M = 4).
-template <int kM, bool kPrefetch, bool kPrepared>
-inline constexpr int kGemvCtasPerSm = kM == 4 ? 3 : (kM == 1 && !kPrefetch && !kPrepared ? 5 : 4);
+// CTAs of 4 warps per SM as a bound: the register budgets the plain-B kernels reached when
+// unbounded (96 at M = 1, 128 at M = 1 loading ahead and at M = 2, 168 at M = 4), which the
+// prepared-B loads (four 4-byte words a block) would otherwise exceed (242 at M = 4); half as many
+// CTAs of 8 warps.
+template <int kM, bool kPrefetch, bool kPrepared, int kWarps>
+inline constexpr int kGemvCtasPerSm = (kM == 4 ? 3
+                                               : (kM == 1 && !kPrefetch && !kPrepared ? 5 : 4)) *
+                                      4 / kWarps;
 
-template <int kM, int kCols, bool kPrefetch, bool kPrepared>
-__global__ void __launch_bounds__(kThreads, kGemvCtasPerSm<kM, kPrefetch, kPrepared>)
+template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPrepared, kWarps>)
     gemm_gemv_kernel(GemmProblem p, GemvShape shape) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -256,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, kGemvCtasPerSm<kM, kPrefetch, kPrepa
   static_assert(kEntries <= 32, "one entry per lane at most after the warp reduction");
   constexpr int kTileEntries = kMaxTileColumns * kM;
   // Each warp's sums for the column tile, then (rank 0) the CTA's.
-  __shared__ double partial[kMaxWarps][kTileEntries];
+  __shared__ double partial[kWarps][kTileEntries];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rank = blockIdx.y;  // in the cluster: which chunks
@@ -387,12 +401,12 @@ __global__ void __launch_bounds__(kThreads, kGemvCtasPerSm<kM, kPrefetch, kPrepa
 #endif
 }
 
-template <int kM, int kCols, bool kPrefetch, bool kPrepared>
+template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
 int ctas_per_sm() {
   static const int count = [] {
     int blocks = 1;
     const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared>, kThreads, 0);
+        &blocks, gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>, kWarps * 32, 0);
     return status == cudaSuccess && blocks > 0 ? blocks : 1;
   }();
   return count;
@@ -400,7 +414,7 @@ int ctas_per_sm() {
 
 // How many clusters of `cluster` CTAs of `warps` warps can be resident at once (the GPCs decide
 // where clusters fit, so this is at most, not always, the CTA slots over the cluster size).
-template <int kM, int kCols, bool kPrefetch, bool kPrepared>
+template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
 int resident_clusters(int cluster, int warps, int ordinal) {
   static std::atomic<int> known[kMaxClusterCtas + 1][kMaxWarps + 1];  // 0: not asked yet
   int count = known[cluster][warps].load(std::memory_order_relaxed);
@@ -415,12 +429,13 @@ int resident_clusters(int cluster, int warps, int ordinal) {
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&count, gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared>,
+  if (cudaOccupancyMaxActiveClusters(&count,
+                                     gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>,
                                      &config) != cudaSuccess ||
       count <= 0) {
     (void)cudaGetLastError();  // not sticky; fall back to the CTA slots
-    count =
-        ctas_per_sm<kM, kCols, kPrefetch, kPrepared>() * device_info(ordinal).sm_count / cluster;
+    count = ctas_per_sm<kM, kCols, kPrefetch, kPrepared, kWarps>() * device_info(ordinal).sm_count /
+            cluster;
     if (count <= 0) count = 1;
   }
   known[cluster][warps].store(count, std::memory_order_relaxed);
@@ -431,14 +446,14 @@ int resident_clusters(int cluster, int warps, int ordinal) {
 // (groups of kCols columns, up to kMaxTileColumns) minimises waves x (width + a CTA's fixed cost)
 // over the clusters that can be resident at once (bench/RESULTS.md has the measurements); on a
 // tie the wider tile.
-template <int kM, int kCols, bool kPrefetch, bool kPrepared>
+template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
 GemvShape choose_shape(const GemmProblem& p) {
   const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
   GemvShape shape{};
-  shape.warps = static_cast<int>(chunks < kMaxWarps ? chunks : kMaxWarps);
+  shape.warps = static_cast<int>(chunks < kWarps ? chunks : kWarps);
   const int64_t ctas_needed = (chunks + shape.warps - 1) / shape.warps;
   shape.cluster = static_cast<int>(ctas_needed < kMaxClusterCtas ? ctas_needed : kMaxClusterCtas);
-  const int64_t resident = resident_clusters<kM, kCols, kPrefetch, kPrepared>(
+  const int64_t resident = resident_clusters<kM, kCols, kPrefetch, kPrepared, kWarps>(
       shape.cluster, shape.warps, p.device.ordinal);
   constexpr int kMaxGroups = kMaxTileColumns / kCols;
   int64_t best_cost = -1, best_waves = 0;
@@ -458,9 +473,9 @@ GemvShape choose_shape(const GemmProblem& p) {
   return shape;
 }
 
-template <int kM, int kCols, bool kPrefetch, bool kPrepared>
+template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps = 4>
 void launch(const GemmProblem& p) {
-  const GemvShape shape = choose_shape<kM, kCols, kPrefetch, kPrepared>(p);
+  const GemvShape shape = choose_shape<kM, kCols, kPrefetch, kPrepared, kWarps>(p);
   const int64_t tile_columns = int64_t{shape.groups} * kCols;
   // Launched early (its start overlapping the end of the kernel before it) where the grid is one
   // wave of clusters of at most 2 CTAs (K <= 8192). H200, back-to-back calls in a graph: 1 x 8192
@@ -469,7 +484,7 @@ void launch(const GemmProblem& p) {
   // before the wait measured slower (1 x 8192 x 8192 12.4).
   const LaunchOrder order =
       shape.waves == 1 && shape.cluster <= 2 ? LaunchOrder::kEarly : LaunchOrder::kAfterPrevious;
-  launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared>,
+  launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>,
                         dim3(static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
                              static_cast<unsigned>(shape.cluster)),
                         static_cast<unsigned>(shape.warps * 32), 0, p.stream,
@@ -485,8 +500,16 @@ template <bool kPrepared>
 void launch_for_m(const GemmProblem& p) {
   if (p.m == 1) {
     // (Not on a prepared B: its four loads a block leave no registers for a second step.)
-    if constexpr (!kPrepared)
-      if (choose_shape<1, 8, false, kPrepared>(p).groups >= 3) return launch<1, 8, true, false>(p);
+    if constexpr (!kPrepared) {
+      // 5 to 8 chunks: one CTA of 8 warps instead of a cluster of two (with 4 or fewer the CTAs
+      // are the same, and the 4-warp kernels' register budgets keep more of them resident: 1 x
+      // 5760 x 2880 ran 5.4 us on them, 6.5 on the 8-warp ones).
+      const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
+      const bool one_cta = chunks > 4 && chunks <= kMaxWarps;
+      if (choose_shape<1, 8, false, false, 4>(p).groups >= 3)
+        return one_cta ? launch<1, 8, true, false, 8>(p) : launch<1, 8, true, false>(p);
+      if (one_cta) return launch<1, 8, false, false, 8>(p);
+    }
     return launch<1, 8, false, kPrepared>(p);
   }
   if (p.m == 2) return launch<2, 8, false, kPrepared>(p);
