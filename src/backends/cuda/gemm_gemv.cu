@@ -78,7 +78,15 @@ struct ActivationBlock {
   uint32_t scale_min, scale_max;
 };
 
-template <int kM>
+// A prepared B's block arrives in a lane with its four 8-element pieces in the order q, q ^ 2,
+// q ^ 1, q ^ 3 (q = the lane's block mod 4; quad_transpose): the activations' pieces in the same
+// order, so that every piece meets its own.
+__device__ __forceinline__ uint4 pieces_in_quad_order(const uint4& v, int q) {
+  const auto piece = [&](int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; };
+  return make_uint4(piece(q), piece(q ^ 2), piece(q ^ 1), piece(q ^ 3));
+}
+
+template <int kM, bool kPrepared>
 __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t block, bool active,
                                                  ActivationBlock<kM>& act) {
   act.scale_min = 255, act.scale_max = 0;
@@ -90,6 +98,7 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t b
       const uint8_t* row = p.a.data + m * p.a.stride_bytes + block * 16;
       raw = load_packed_block(row, reinterpret_cast<uintptr_t>(row) % 16 == 0);
       scale = p.a.scale[m * p.a.scale_stride + block];
+      if constexpr (kPrepared) raw = pieces_in_quad_order(raw, threadIdx.x % 4);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -174,6 +183,23 @@ struct GroupLoad {
   uint32_t scales[kCols];
 };
 
+// Four lanes (q = lane % 4) holding piece q of four blocks (word j: block j) exchange them so that
+// lane q holds block q's four pieces, in the order q, q ^ 2, q ^ 1, q ^ 3: two rounds of shuffles,
+// each lane keeping the words it needs and sending the others to its partner.
+__device__ __forceinline__ uint4 quad_transpose(const uint4& v, int q) {
+  const bool high = (q & 2) != 0, odd = (q & 1) != 0;
+  // Partner q ^ 2: keep this lane's pair of blocks (2, 3 or 0, 1), send the other pair.
+  const uint32_t send0 = high ? v.x : v.z, send1 = high ? v.y : v.w;
+  const uint32_t keep0 = high ? v.z : v.x, keep1 = high ? v.w : v.y;
+  const uint32_t got0 = __shfl_xor_sync(0xFFFFFFFFu, send0, 2);
+  const uint32_t got1 = __shfl_xor_sync(0xFFFFFFFFu, send1, 2);
+  // Partner q ^ 1: keep this lane's block, send the other block of the pair.
+  const uint32_t mine0 = odd ? keep1 : keep0, mine1 = odd ? got1 : got0;
+  const uint32_t other0 = odd ? keep0 : keep1, other1 = odd ? got0 : got1;
+  return make_uint4(mine0, mine1, __shfl_xor_sync(0xFFFFFFFFu, other0, 1),
+                    __shfl_xor_sync(0xFFFFFFFFu, other1, 1));
+}
+
 // A plain B's block scale, asking L2 for the 256 bytes around it: the warps of the other K chunks
 // read the rest of the row's scales at about the same time (H200: 1-4% faster at M = 1..4).
 __device__ __forceinline__ uint32_t load_scale_run(const uint8_t* p) {
@@ -187,24 +213,26 @@ __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0
                                            int64_t block, GroupLoad<kCols>& load) {
   if constexpr (kPrepared) {
     // numerics/weight_layout.h: the 16 bytes of block b of row n are the words b % 4 of the four
-    // 32-byte lane runs (n % 8) * 4 + piece of tile (n / 16, b / 4), in its half (n / 8) % 2:
-    // four 4-byte loads 32 bytes apart. column0 is a multiple of 8, so the group's 8 rows share
-    // the tile and the half, 128 bytes (and 8 scale bytes) apart. The other half of each 32-byte
-    // run is the next group's, read by this warp a step later (L1 or L2 hits).
+    // 32-byte lane runs (n % 8) * 4 + piece of tile (n / 16, b / 4), in its half (n / 8) % 2.
+    // column0 is a multiple of 8, so the group's 8 rows share the tile and the half, 128 bytes (and
+    // 8 scale bytes) apart. The four lanes of a tile (blocks 4 t.. 4 t + 3, q = block % 4) each
+    // load one run's half, piece q of the tile's four blocks (16 bytes: a warp reads 32 of them,
+    // 8 tiles x 4 runs), and exchange them (quad_transpose) so that each holds its own block's
+    // pieces. The other half of each 32-byte run is the next group's, read by this warp a step
+    // later (L1 or L2 hits). Every lane of a tile that exists loads, whether its own block is past
+    // K or not (its run holds pieces of the others' blocks); padding blocks and rows are zeros.
+    const int q = threadIdx.x % 4;
     const int64_t tile = (column0 / 16) * layout::k_tiles(p.k) + block / 4;
-    const uint8_t* weights =
-        p.b.data + tile * layout::kTileBytes + ((column0 / 8) % 2) * 16 + (block % 4) * 4;
+    const uint8_t* runs = p.b.data + tile * layout::kTileBytes + q * 32 + ((column0 / 8) % 2) * 16;
     const uint8_t* scales =
         p.b.scale + tile * layout::kTileScaleBytes + ((column0 / 8) % 2) * 4 + block % 4;
+    const bool tile_exists = block / 4 * 4 < p.k / 32 && column0 < p.n;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
-      load.weights[c] = make_uint4(0, 0, 0, 0);
-      load.scales[c] = 127;
-      if (c < columns) {
-        const auto* run = reinterpret_cast<const uint32_t*>(weights + c * 128);
-        load.weights[c] = make_uint4(__ldg(run), __ldg(run + 8), __ldg(run + 16), __ldg(run + 24));
-        load.scales[c] = __ldg(scales + c * 8);
-      }
+      const uint4 run = tile_exists ? __ldg(reinterpret_cast<const uint4*>(runs + c * 128))
+                                    : make_uint4(0, 0, 0, 0);
+      load.weights[c] = run;  // each lane's own block after quad_transpose (sum_group)
+      load.scales[c] = c < columns ? __ldg(scales + c * 8) : 127u;
     }
     return;
   }
@@ -225,7 +253,7 @@ __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0
 
 // Adds a loaded step to the lane's sums: fast mode adds fp32 partials and records the weight
 // scales it saw, exact mode adds double partials with exact block scales.
-template <int kM, int kCols, bool kExact>
+template <int kM, int kCols, bool kPrepared, bool kExact>
 __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
                                           const ActivationBlock<kM>& act, float (&fast)[kCols * kM],
                                           double (&exact)[kCols * kM], uint32_t& scale_min,
@@ -233,7 +261,10 @@ __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {
     int32_t sums[kM];
-    block_sums<kM>(load.weights[c], act, sums);
+    // A prepared B's loads hold pieces of the tile's blocks; one exchange per column, just before
+    // its sums (all eight at once spilled at M = 2 and 4).
+    block_sums<kM>(kPrepared ? quad_transpose(load.weights[c], threadIdx.x % 4) : load.weights[c],
+                   act, sums);
     if constexpr (kExact) {
 #pragma unroll
       for (int m = 0; m < kM; ++m)
@@ -311,7 +342,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
   ActivationBlock<kM> act;
   auto load_chunk_activations = [&](int step) {
     const int64_t block = step_block(step);
-    load_activations<kM>(p, block, block < blocks, act);
+    load_activations<kM, kPrepared>(p, block, block < blocks, act);
   };
   if (my_chunks == 1) load_chunk_activations(0);
 
@@ -335,7 +366,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
         if (my_chunks > 1) load_chunk_activations(step);
         GroupLoad<kCols> load;
         load_step(step, load);
-        sum_group<kM, kCols, true>(load, act, fast, exact, unused_min, unused_max);
+        sum_group<kM, kCols, kPrepared, true>(load, act, fast, exact, unused_min, unused_max);
       }
       warp_sum_entries<kEntries>(exact, lane);
     } else {
@@ -357,7 +388,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
       load_step(step, current);
     }
     if (my_chunks > 1) load_chunk_activations(step);
-    sum_group<kM, kCols, false>(current, act, fast, exact, scale_min, scale_max);
+    sum_group<kM, kCols, kPrepared, false>(current, act, fast, exact, scale_min, scale_max);
     in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
     scale_min = 255, scale_max = 0;
     if (step % my_chunks == my_chunks - 1) finish_group(step / my_chunks);
