@@ -477,11 +477,13 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
         ++v;
       }
   // M = 1 with N wide enough for three steps per warp or more (the next step loaded ahead), with
-  // one, two and eight K chunks (one, two and eight warps of one CTA; the last chunk partial).
-  for (int64_t k : {1024, 2048, 7200})
-    run_case(ctx_, rng_,
-             GemmCase{1, 20000, k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, false, 0,
-                      "cuda.gemv", 0});
+  // one, two and eight K chunks (one, two and eight warps of one CTA; the last chunk partial), on
+  // a plain and a prepared B.
+  for (bool prepared : {false, true})
+    for (int64_t k : {1024, 2048, 7200})
+      run_case(ctx_, rng_,
+               GemmCase{1, 20000, k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, prepared, 0,
+                        "cuda.gemv", 0});
   // A prepared B (four 4-byte loads per block from the layout's lane runs): every M, K with a
   // partial last 128-K tile (96, 4160), ragged N (an 8-row group past N, a 16-row tile half used),
   // wide and narrow scales.

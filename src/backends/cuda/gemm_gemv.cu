@@ -530,16 +530,16 @@ void launch(const GemmProblem& p) {
 template <bool kPrepared>
 void launch_for_m(const GemmProblem& p) {
   if (p.m == 1) {
-    // (Not on a prepared B: its four loads a block leave no registers for a second step.)
-    if constexpr (!kPrepared) {
-      // 5 to 8 chunks: one CTA of 8 warps instead of a cluster of two (with 4 or fewer the CTAs
-      // are the same, and the 4-warp kernels' register budgets keep more of them resident: 1 x
-      // 5760 x 2880 ran 5.4 us on them, 6.5 on the 8-warp ones).
-      const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
-      const bool one_cta = chunks > 4 && chunks <= kMaxWarps;
-      if (choose_shape<1, 8, false, false, 4>(p).groups >= 3)
-        return one_cta ? launch<1, 8, true, false, 8>(p) : launch<1, 8, true, false>(p);
-      if (one_cta) return launch<1, 8, false, false, 8>(p);
+    // 5 to 8 chunks: one CTA of 8 warps instead of a cluster of two. With 4 or fewer the CTAs
+    // are the same, and the 4-warp kernels' register budgets keep more of them resident (1 x
+    // 5760 x 2880 ran 5.4 us on them, 6.5 on the 8-warp ones); on a prepared B they also run
+    // without loading ahead (H200: 1 x 8192 x 4096 9.5 us, 11.0 loading ahead).
+    const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
+    const bool one_cta = chunks > 4 && chunks <= kMaxWarps;
+    if (!kPrepared || chunks > 4) {
+      if (choose_shape<1, 8, false, kPrepared, 4>(p).groups >= 3)
+        return one_cta ? launch<1, 8, true, kPrepared, 8>(p) : launch<1, 8, true, kPrepared>(p);
+      if (one_cta) return launch<1, 8, false, kPrepared, 8>(p);
     }
     return launch<1, 8, false, kPrepared>(p);
   }
