@@ -43,10 +43,10 @@
 namespace a4w4::cuda {
 namespace {
 
-// Warps per CTA: 4, or 8 where that makes one CTA cover K (5 to 8 chunks) on a plain B at M = 1:
-// the chunks are then reduced in shared memory instead of over a cluster of two CTAs (H200: 1 x
-// 8192 x 8192 11.9 -> 11.2 us, 1 x 10240 x 8192 14.0 -> 13.2, 1 x 28672 x 8192 32.9 -> 32.1; but
-// clusters of 8-warp CTAs at K = 28672, a prepared B and M = 2 were slower).
+// Warps per CTA: 4, or 8 where that makes one CTA cover K (5 to 8 chunks) at M = 1: the chunks
+// are then reduced in shared memory instead of over a cluster of two CTAs (H200, plain B: 1 x 8192
+// x 8192 11.9 -> 11.2 us, 1 x 10240 x 8192 14.0 -> 13.2, 1 x 28672 x 8192 32.9 -> 32.1; but
+// clusters of 8-warp CTAs at K = 28672 and 8 warps at M = 2 were slower).
 constexpr int kMaxWarps = 8;
 constexpr int kMaxTileColumns = 128;  // columns per column tile (CTA), in groups of kCols
 constexpr int kChunkBlocks = 32;      // one block per lane
@@ -285,8 +285,9 @@ __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
 
 // CTAs of 4 warps per SM as a bound: the register budgets the plain-B kernels reached when
 // unbounded (96 at M = 1, 128 at M = 1 loading ahead and at M = 2, 168 at M = 4), which the
-// prepared-B loads (four 4-byte words a block) would otherwise exceed (242 at M = 4); half as many
-// CTAs of 8 warps.
+// prepared-B kernels (a quad transpose per column) would otherwise exceed; at M = 1 without loading
+// ahead they keep 128 (a bound of 96, tried together with loading ahead at K <= 4096, was slower);
+// half as many CTAs of 8 warps.
 template <int kM, bool kPrefetch, bool kPrepared, int kWarps>
 inline constexpr int kGemvCtasPerSm = (kM == 4 ? 3
                                                : (kM == 1 && !kPrefetch && !kPrepared ? 5 : 4)) *
