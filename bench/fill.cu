@@ -80,7 +80,30 @@ __global__ void copy_kernel(const uint4* src, uint4* dst, size_t count) {
     dst[i] = src[i];
 }
 
+__global__ void read_kernel(const uint4* src, size_t count, uint32_t* sink) {
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  uint32_t hash = 0;
+  for (; i + 3 * stride < count; i += 4 * stride) {
+    const uint4 v0 = __ldcs(src + i), v1 = __ldcs(src + i + stride),
+                v2 = __ldcs(src + i + 2 * stride), v3 = __ldcs(src + i + 3 * stride);
+    hash ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w;
+    hash ^= v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
+  }
+  for (; i < count; i += stride) {
+    const uint4 v = __ldcs(src + i);
+    hash ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (hash == 0x9E3779B9u) sink[blockIdx.x] = hash;  // keeps the loads; almost never taken
+}
+
 }  // namespace
+
+cudaError_t read_with_kernel(const void* src, size_t bytes, uint32_t* sink, int sm_count,
+                             cudaStream_t stream) {
+  read_kernel<<<sm_count * 8, 256, 0, stream>>>(static_cast<const uint4*>(src), bytes / 16, sink);
+  return cudaGetLastError();
+}
 
 cudaError_t copy_with_kernel(const void* src, void* dst, size_t bytes, int sm_count,
                              cudaStream_t stream) {

@@ -28,4 +28,10 @@ cudaError_t fill_model_like_bf16(void* data, int64_t rows, int64_t cols, uint64_
 cudaError_t copy_with_kernel(const void* src, void* dst, size_t bytes, int sm_count,
                              cudaStream_t stream);
 
+// Reads bytes (a multiple of 16) with an SM kernel, four 16-byte loads in flight per thread, and
+// writes nothing (one word per CTA into sink only if the data hash to a value they do not): the
+// rate a kernel that only streams its input in reaches, such as a GEMV's weights.
+cudaError_t read_with_kernel(const void* src, size_t bytes, uint32_t* sink, int sm_count,
+                             cudaStream_t stream);
+
 }  // namespace a4w4::bench

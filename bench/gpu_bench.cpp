@@ -391,6 +391,27 @@ double time_copy_of(double bytes, const GpuBenchOptions& options, const GpuDevic
       stream, options);
 }
 
+// An SM kernel reading `bytes` and writing nothing, rotating over buffers at least three times the
+// L2 size.
+double time_read_of(double bytes, const GpuBenchOptions& options, const GpuDeviceFacts& facts,
+                    cudaStream_t stream) {
+  const size_t size = (static_cast<size_t>(bytes) + 15) / 16 * 16;
+  const int sets = rotation_sets(static_cast<double>(size), facts);
+  std::vector<std::unique_ptr<DeviceAllocation>> src;
+  for (int i = 0; i < sets; ++i) {
+    src.push_back(std::make_unique<DeviceAllocation>(size));
+    cuda_check(fill_random(src[i]->ptr, size, 950 + i, FillKind::kBytes, stream), "fill");
+  }
+  DeviceAllocation sink(sizeof(uint32_t) * 8 * static_cast<size_t>(facts.sm_count));
+  return time_calls(
+      [&](cudaStream_t st, int i) {
+        cuda_check(read_with_kernel(src[i % sets]->ptr, size, static_cast<uint32_t*>(sink.ptr),
+                                    facts.sm_count, st),
+                   "read");
+      },
+      stream, options);
+}
+
 GpuDeviceFacts measure_device(const GpuBenchOptions& options) {
   cuda_check(cudaSetDevice(options.device), "cudaSetDevice");
   cudaDeviceProp prop{};
@@ -490,6 +511,7 @@ std::vector<GpuBenchRow> run_gpu_gemm_bench(
       }
       cudaGetLastError();
       row.copy_us = time_copy_of(row.bytes, options, facts, stream.get());
+      row.read_us = time_read_of(row.bytes, options, facts, stream.get());
     }
     rows.push_back(row);
   }
@@ -528,9 +550,9 @@ QuantizeBenchRow run_gpu_quantize_bench(int64_t rows, int64_t cols, const GpuBen
 std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDeviceFacts& facts) {
   std::string out = fmt::format(
       "| M×N×K | label | kernel | a4w4 µs (prepared B) | a4w4 µs (plain B) | TFLOP/s | GB/s | % of "
-      "copy BW ({:.0f} GB/s) | copy of the same bytes µs | floor µs | cuBLAS bf16 µs | cuBLASLt "
-      "fp8 µs (M padded to 16) | × bf16 | × fp8 |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "copy BW ({:.0f} GB/s) | copy of the same bytes µs | read of the same bytes µs | floor µs | "
+      "cuBLAS bf16 µs | cuBLASLt fp8 µs (M padded to 16) | × bf16 | × fp8 |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       facts.copy_gbps);
   for (const GpuBenchRow& r : rows) {
     const double best = r.best_us();
@@ -540,11 +562,11 @@ std::string format_gemm_table(const std::vector<GpuBenchRow>& rows, const GpuDev
       return base > 0 ? fmt::format("{:.2f}×", base / best) : std::string("—");
     };
     out += fmt::format(
-        "| {}×{}×{} | {}{} | {} | {} | {} | {:.1f} | {:.0f} | {:.0f}% | {} | {:.1f} | {} | {} | {} "
-        "| {} |\n",
+        "| {}×{}×{} | {}{} | {} | {} | {} | {:.1f} | {:.0f} | {:.0f}% | {} | {} | {:.1f} | {} | {} "
+        "| {} | {} |\n",
         r.shape.m, r.shape.n, r.shape.k, r.shape.label, r.notes, r.kernel, opt(r.a4w4_us),
         opt(r.a4w4_plain_us), r.flops / (best * 1e-6) / 1e12, gbps, 100.0 * gbps / facts.copy_gbps,
-        opt(r.copy_us), r.floor_us, opt(r.cublas_bf16_us), opt(r.cublaslt_fp8_us),
+        opt(r.copy_us), opt(r.read_us), r.floor_us, opt(r.cublas_bf16_us), opt(r.cublaslt_fp8_us),
         ratio(r.cublas_bf16_us), ratio(r.cublaslt_fp8_us));
   }
   if (std::any_of(rows.begin(), rows.end(),

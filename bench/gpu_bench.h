@@ -54,6 +54,9 @@ struct GpuBenchRow {
   // same way: what a kernel that only streams memory reaches at this size (ramp and tail
   // included), beside the large copy the bandwidth percentages are taken against.
   double copy_us = 0;
+  // With baselines: an SM kernel that only reads the same bytes (four loads in flight per thread),
+  // timed the same way: the floor of a kernel that streams its weights in once.
+  double read_us = 0;
   std::string kernel;   // what ran (prepared B, else plain): "name[/split] (source)"
   std::string heuristic_kernel;  // with compare_heuristic: the heuristic's choice and its time
   double heuristic_us = 0;
