@@ -76,10 +76,6 @@ struct ActivationBlock {
   uint32_t scale[kM];         // E8M0 byte; 127 for rows past M and blocks past K (values are 0)
   int32_t exponent_bits[kM];  // (scale - 129) << 23: added to sb << 23 gives 2^(sa + sb - 256)
   uint32_t scale_min, scale_max;
-  // kMagnitudesLo as a value the compiler cannot rebuild from a uniform register before each PRMT
-  // (it did: a register move per lookup, 64 a step at M = 1; H200, 1 x 8192 x 8192 11.2 -> 10.9
-  // us).
-  uint32_t table_lo;
 };
 
 // A prepared B's block arrives in a lane with its four 8-element pieces in the order q, q ^ 2,
@@ -115,12 +111,6 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t b
   }
 }
 
-// e2m1x4_positive_part with the table held in a register.
-template <int kM>
-__device__ __forceinline__ uint32_t positive_part(const ActivationBlock<kM>& act, uint32_t codes) {
-  return permute(act.table_lo, kMagnitudesHi, codes);
-}
-
 // Exact int32 sums of one weight block (16 bytes) with every activation row's block.
 template <int kM>
 __device__ __forceinline__ void block_sums(const uint4& weights, const ActivationBlock<kM>& act,
@@ -130,13 +120,13 @@ __device__ __forceinline__ void block_sums(const uint4& weights, const Activatio
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint32_t codes = word_of(weights, j), flipped = codes ^ 0x88888888u;
-      positive = __dp4a(static_cast<int>(positive_part(act, codes)),
+      positive = __dp4a(static_cast<int>(e2m1x4_positive_part(codes)),
                         static_cast<int>(act.values[0][2 * j]), positive);
-      positive = __dp4a(static_cast<int>(positive_part(act, codes >> 16)),
+      positive = __dp4a(static_cast<int>(e2m1x4_positive_part(codes >> 16)),
                         static_cast<int>(act.values[0][2 * j + 1]), positive);
-      negative = __dp4a(static_cast<int>(positive_part(act, flipped)),
+      negative = __dp4a(static_cast<int>(e2m1x4_positive_part(flipped)),
                         static_cast<int>(act.values[0][2 * j]), negative);
-      negative = __dp4a(static_cast<int>(positive_part(act, flipped >> 16)),
+      negative = __dp4a(static_cast<int>(e2m1x4_positive_part(flipped >> 16)),
                         static_cast<int>(act.values[0][2 * j + 1]), negative);
     }
     sums[0] = positive - negative;
@@ -147,9 +137,9 @@ __device__ __forceinline__ void block_sums(const uint4& weights, const Activatio
     for (int j = 0; j < 4; ++j) {
       const uint32_t codes = word_of(weights, j), flipped = codes ^ 0x88888888u;
       const int lo =
-          static_cast<int>(signed_s8x4(positive_part(act, codes), positive_part(act, flipped)));
+          static_cast<int>(signed_s8x4(e2m1x4_positive_part(codes), e2m1x4_positive_part(flipped)));
       const int hi = static_cast<int>(
-          signed_s8x4(positive_part(act, codes >> 16), positive_part(act, flipped >> 16)));
+          signed_s8x4(e2m1x4_positive_part(codes >> 16), e2m1x4_positive_part(flipped >> 16)));
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         sums[m] = __dp4a(lo, static_cast<int>(act.values[m][2 * j]), sums[m]);
@@ -355,9 +345,6 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
   GroupLoad<kCols> current, next;
   if (kPrefetch && steps > 0) load_step(0, next);
   ActivationBlock<kM> act;
-  // Only on a plain B at M = 1: the prepared B's kernels (their exchanges hold more registers)
-  // spilled with it, and M = 2 ran 2% slower (H200, 2 x 8192 x 8192 15.3 -> 15.7 us).
-  act.table_lo = kPrepared || kM > 1 ? kMagnitudesLo : __shfl_sync(0xFFFFFFFFu, kMagnitudesLo, 0);
   auto load_chunk_activations = [&](int step) {
     const int64_t block = step_block(step);
     load_activations<kM, kPrepared>(p, block, block < blocks, act);
