@@ -39,10 +39,11 @@ constexpr std::array kGemmKernels = {
     // M <= 4: sizes its own grid (cluster over K chunks, column tiles to fill the
     // SMs), so no tile_n; tile_m 4 makes its fill M / 4 against cuda.decode's M / 8. The speeds on
     // a plain and a prepared B (here and below) follow the H200's ratios (bench/RESULTS.md): gemv
-    // 1.45x faster on a plain B, decode 1.45x faster on a prepared one, skinny 1.0-1.1x.
+    // 1.2-1.4x faster on a plain B (1.45x before its prepared loads became one per column),
+    // decode 1.45x faster on a prepared one, skinny 1.0-1.1x.
     GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 1, false, false,
                1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows, or a prepared B",
-               cuda::gemm_gemv_why_not, cuda::gemm_gemv, 11.0},
+               cuda::gemm_gemv_why_not, cuda::gemm_gemv, 12.0},
     // M padded to 8, 16, 32, 64 or 128 activation rows (M > 128 in token tiles of 128, each
     // converting the weights again); 64-column tiles; its own split of K over a cluster
     // (auto_split_k). tile_m 16 halves its fill at M <= 8, where it still ranks above cuda.decode
