@@ -244,6 +244,33 @@ struct DeviceOperand {
   }
 };
 
+// A long cuda.gemv (1 x 28672 x 8192: one wave, launched early, letting the next grid start at
+// once) whose D starts as NaN: a call enqueued after it that reads D reads NaN unless it waits for
+// the grid before it (the early-launch tests).
+struct LongGemvIntoNan {
+  static constexpr int64_t kN = 28672, kK = 8192;
+  DeviceOperand a, b;
+  DeviceBuffer d;
+  a4w4_tensor td;
+  a4w4_gemm_options options;
+  explicit LongGemvIntoNan(std::mt19937_64& rng)
+      : a(random_packed(rng, 1, kK, 0, kTileLocalScales, 0)),
+        b(random_packed(rng, kN, kK, 0, kTileLocalScales, 0)),
+        d(kN * 4),
+        td(tensor(d.get(), A4W4_DTYPE_F32, 1, kN, kN, a4w4_cuda(0))) {
+    a4w4_gemm_options_init(&options);
+    options.kernel = "cuda.gemv";
+  }
+  // D filled with NaN, then the GEMM, on stream (a failure is fatal to the calling test).
+  void enqueue(a4w4_context ctx, cudaStream_t stream) const {
+    CUDA_OK(cudaMemsetAsync(d.get(), 0xFF, kN * 4, stream));
+    ASSERT_EQ(a4w4_gemm(ctx, &a.values, &a.scale, &b.values, &b.scale, nullptr, nullptr, &td,
+                        &options, stream),
+              A4W4_SUCCESS)
+        << a4w4_last_error_message();
+  }
+};
+
 // Runs one case on the GPU and on the CPU reference (same split_k) and compares bitwise
 // (cuda.generic with an explicit split_k) or element by element within the contract's accumulation
 // bound, with matching NaN positions (see the comparison below).
@@ -1202,28 +1229,23 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
   // runs, so its epilogue reads D1 before it is written unless it waits for the grid before it (D1
   // starts as NaN). Back to back and in a graph, against the same calls with a synchronization.
   const a4w4_device gpu = a4w4_cuda(0);
-  const int64_t n1 = 28672, k1 = 8192, n2 = 64, k2 = 256;
-  const DeviceOperand a1(random_packed(rng_, 1, k1, 0, kTileLocalScales, 0));
-  const DeviceOperand b1(random_packed(rng_, n1, k1, 0, kTileLocalScales, 0));
+  const int64_t n2 = 64, k2 = 256;
+  const LongGemvIntoNan first(rng_);
   const DeviceOperand a2(random_packed(rng_, 1, k2, 0, kTileLocalScales, 0));
   const DeviceOperand b2(random_packed(rng_, n2, k2, 0, kTileLocalScales, 0));
-  DeviceBuffer d1(n1 * 4), d2(n2 * 4);
-  const a4w4_tensor td1 = tensor(d1.get(), A4W4_DTYPE_F32, 1, n1, n1, gpu);
-  const a4w4_tensor tc2 = tensor(d1.get(), A4W4_DTYPE_F32, 1, n2, n1, gpu);  // D1's first columns
+  DeviceBuffer d2(n2 * 4);
+  // D1's first columns.
+  const a4w4_tensor tc2 = tensor(first.d.get(), A4W4_DTYPE_F32, 1, n2, LongGemvIntoNan::kN, gpu);
   const a4w4_tensor td2 = tensor(d2.get(), A4W4_DTYPE_F32, 1, n2, n2, gpu);
-  a4w4_gemm_options first, second;
-  a4w4_gemm_options_init(&first);
+  a4w4_gemm_options second;
   a4w4_gemm_options_init(&second);
-  first.kernel = second.kernel = "cuda.gemv";
+  second.kernel = "cuda.gemv";
   second.beta = 1.0f;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto calls = [&](bool synchronize) {
-    CUDA_OK(cudaMemsetAsync(d1.get(), 0xFF, n1 * 4, stream));
-    ASSERT_EQ(a4w4_gemm(ctx_, &a1.values, &a1.scale, &b1.values, &b1.scale, nullptr, nullptr, &td1,
-                        &first, stream),
-              A4W4_SUCCESS)
-        << a4w4_last_error_message();
+    first.enqueue(ctx_, stream);
+    if (HasFatalFailure()) return;
     if (synchronize) {
       CUDA_OK(cudaStreamSynchronize(stream));
     }
@@ -1261,28 +1283,20 @@ TEST_F(CudaBackend, EarlyLaunchedQuantizeWaitsForTheCallBefore) {
   // the quantizer, launched early too, quantizes D. Its CTAs start while the GEMM runs, so they
   // read D before it is written unless they wait for the grid before them.
   const a4w4_device gpu = a4w4_cuda(0);
-  const int64_t n = 28672, k = 8192;
-  const DeviceOperand a(random_packed(rng_, 1, k, 0, kTileLocalScales, 0));
-  const DeviceOperand b(random_packed(rng_, n, k, 0, kTileLocalScales, 0));
-  DeviceBuffer d(n * 4), q(n / 2), s(n / 32);
-  const a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, 1, n, n, gpu);
+  const int64_t n = LongGemvIntoNan::kN;
+  const LongGemvIntoNan gemm(rng_);
+  DeviceBuffer q(n / 2), s(n / 32);
   const a4w4_tensor tq = tensor(q.get(), A4W4_DTYPE_E2M1, 1, n, n, gpu);
   const a4w4_tensor ts = tensor(s.get(), A4W4_DTYPE_E8M0, 1, n / 32, n / 32, gpu);
-  a4w4_gemm_options options;
-  a4w4_gemm_options_init(&options);
-  options.kernel = "cuda.gemv";
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto calls = [&](bool synchronize) {
-    CUDA_OK(cudaMemsetAsync(d.get(), 0xFF, n * 4, stream));
-    ASSERT_EQ(a4w4_gemm(ctx_, &a.values, &a.scale, &b.values, &b.scale, nullptr, nullptr, &td,
-                        &options, stream),
-              A4W4_SUCCESS)
-        << a4w4_last_error_message();
+    gemm.enqueue(ctx_, stream);
+    if (HasFatalFailure()) return;
     if (synchronize) {
       CUDA_OK(cudaStreamSynchronize(stream));
     }
-    ASSERT_EQ(a4w4_quantize(ctx_, &td, &tq, &ts, A4W4_SCALE_RCEIL, stream), A4W4_SUCCESS)
+    ASSERT_EQ(a4w4_quantize(ctx_, &gemm.td, &tq, &ts, A4W4_SCALE_RCEIL, stream), A4W4_SUCCESS)
         << a4w4_last_error_message();
   };
   calls(true);
