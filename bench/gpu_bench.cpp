@@ -124,6 +124,21 @@ int rotation_sets(double bytes, const GpuDeviceFacts& facts) {
                     64);
 }
 
+// A rotation of `sets` device buffers of `bytes` each (the baselines' operands and outputs).
+using Buffers = std::vector<std::unique_ptr<DeviceAllocation>>;
+Buffers device_buffers(size_t bytes, int sets) {
+  Buffers buffers;
+  for (int i = 0; i < sets; ++i) buffers.push_back(std::make_unique<DeviceAllocation>(bytes));
+  return buffers;
+}
+// The same filled with random `kind` data, buffer i from seed + i.
+Buffers random_buffers(size_t bytes, int sets, uint64_t seed, FillKind kind, cudaStream_t stream) {
+  Buffers buffers = device_buffers(bytes, sets);
+  for (int i = 0; i < sets; ++i)
+    cuda_check(fill_random(buffers[i]->ptr, bytes, seed + i, kind, stream), "fill");
+  return buffers;
+}
+
 a4w4_dtype out_dtype(const std::string& name) {
   if (name == "fp32" || name == "f32") return A4W4_DTYPE_F32;
   if (name == "fp16" || name == "f16") return A4W4_DTYPE_F16;
@@ -256,14 +271,9 @@ double time_cublas_bf16(const Shape& s, const GpuDeviceFacts& facts, const GpuBe
   cublas_check(cublasSetWorkspace(handle, workspace.ptr, kCublasWorkspace), "cublasSetWorkspace");
   const double set_bytes = 2.0 * (s.m * s.k + s.n * s.k + s.m * s.n);
   const int sets = rotation_sets(set_bytes, facts);
-  std::vector<std::unique_ptr<DeviceAllocation>> a, b, d;
-  for (int i = 0; i < sets; ++i) {
-    a.push_back(std::make_unique<DeviceAllocation>(2 * s.m * s.k));
-    b.push_back(std::make_unique<DeviceAllocation>(2 * s.n * s.k));
-    d.push_back(std::make_unique<DeviceAllocation>(2 * s.m * s.n));
-    cuda_check(fill_random(a[i]->ptr, 2 * s.m * s.k, 100 + i, FillKind::kBf16, stream), "fill");
-    cuda_check(fill_random(b[i]->ptr, 2 * s.n * s.k, 200 + i, FillKind::kBf16, stream), "fill");
-  }
+  const Buffers a = random_buffers(2 * s.m * s.k, sets, 100, FillKind::kBf16, stream);
+  const Buffers b = random_buffers(2 * s.n * s.k, sets, 200, FillKind::kBf16, stream);
+  const Buffers d = device_buffers(2 * s.m * s.n, sets);
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major D[M,N] = A[M,K] B[N,K]^T is column-major D^T[N,M] = B^T... : op(B) = T, op(A) = N.
   auto enqueue = [&](cudaStream_t, int i) {
@@ -325,14 +335,9 @@ double time_cublaslt_fp8(const Shape& shape, const GpuDeviceFacts& facts,
 
   const double set_bytes = 1.0 * (s.m * s.k + s.n * s.k) + 2.0 * s.m * s.n;
   const int sets = rotation_sets(set_bytes, facts);
-  std::vector<std::unique_ptr<DeviceAllocation>> a, b, d;
-  for (int i = 0; i < sets; ++i) {
-    a.push_back(std::make_unique<DeviceAllocation>(s.m * s.k));
-    b.push_back(std::make_unique<DeviceAllocation>(s.n * s.k));
-    d.push_back(std::make_unique<DeviceAllocation>(2 * s.m * s.n));
-    cuda_check(fill_random(a[i]->ptr, s.m * s.k, 300 + i, FillKind::kE4m3, stream), "fill");
-    cuda_check(fill_random(b[i]->ptr, s.n * s.k, 400 + i, FillKind::kE4m3, stream), "fill");
-  }
+  const Buffers a = random_buffers(s.m * s.k, sets, 300, FillKind::kE4m3, stream);
+  const Buffers b = random_buffers(s.n * s.k, sets, 400, FillKind::kE4m3, stream);
+  const Buffers d = device_buffers(2 * s.m * s.n, sets);
   const float alpha = 1.0f, beta = 0.0f;
   auto enqueue = [&](cudaStream_t st, int i) {
     cublas_check(cublasLtMatmul(handle, desc, &alpha, b[i % sets]->ptr, la, a[i % sets]->ptr, lb,
@@ -376,12 +381,8 @@ double time_copy_of(double bytes, const GpuBenchOptions& options, const GpuDevic
                     cudaStream_t stream) {
   const size_t half = (static_cast<size_t>(bytes / 2) + 15) / 16 * 16;
   const int sets = rotation_sets(2.0 * half, facts);
-  std::vector<std::unique_ptr<DeviceAllocation>> src, dst;
-  for (int i = 0; i < sets; ++i) {
-    src.push_back(std::make_unique<DeviceAllocation>(half));
-    dst.push_back(std::make_unique<DeviceAllocation>(half));
-    cuda_check(fill_random(src[i]->ptr, half, 900 + i, FillKind::kBytes, stream), "fill");
-  }
+  const Buffers src = random_buffers(half, sets, 900, FillKind::kBytes, stream);
+  const Buffers dst = device_buffers(half, sets);
   return time_calls(
       [&](cudaStream_t st, int i) {
         cuda_check(
@@ -397,11 +398,7 @@ double time_read_of(double bytes, const GpuBenchOptions& options, const GpuDevic
                     cudaStream_t stream) {
   const size_t size = (static_cast<size_t>(bytes) + 15) / 16 * 16;
   const int sets = rotation_sets(static_cast<double>(size), facts);
-  std::vector<std::unique_ptr<DeviceAllocation>> src;
-  for (int i = 0; i < sets; ++i) {
-    src.push_back(std::make_unique<DeviceAllocation>(size));
-    cuda_check(fill_random(src[i]->ptr, size, 950 + i, FillKind::kBytes, stream), "fill");
-  }
+  const Buffers src = random_buffers(size, sets, 950, FillKind::kBytes, stream);
   DeviceAllocation sink(sizeof(uint32_t) * 8 * static_cast<size_t>(facts.sm_count));
   return time_calls(
       [&](cudaStream_t st, int i) {
@@ -529,14 +526,9 @@ QuantizeBenchRow run_gpu_quantize_bench(int64_t rows, int64_t cols, const GpuBen
   const a4w4_device gpu = a4w4_cuda(options.device);
   const double bytes = rows * cols * (2.0 + 0.5 + 1.0 / 32);
   const int sets = rotation_sets(bytes, facts);
-  std::vector<std::unique_ptr<DeviceAllocation>> x, q, s;
-  for (int i = 0; i < sets; ++i) {
-    x.push_back(std::make_unique<DeviceAllocation>(2 * rows * cols));
-    q.push_back(std::make_unique<DeviceAllocation>(rows * cols / 2));
-    s.push_back(std::make_unique<DeviceAllocation>(rows * cols / 32));
-    cuda_check(fill_random(x[i]->ptr, 2 * rows * cols, 500 + i, FillKind::kBf16, stream.get()),
-               "fill");
-  }
+  const Buffers x = random_buffers(2 * rows * cols, sets, 500, FillKind::kBf16, stream.get());
+  const Buffers q = device_buffers(rows * cols / 2, sets);
+  const Buffers s = device_buffers(rows * cols / 32, sets);
   auto enqueue = [&](cudaStream_t st, int i) {
     const a4w4_tensor tx = a4w4_tensor_2d(x[i % sets]->ptr, A4W4_DTYPE_BF16, rows, cols, cols, gpu);
     const a4w4_tensor tq = a4w4_tensor_2d(q[i % sets]->ptr, A4W4_DTYPE_E2M1, rows, cols, cols, gpu);
