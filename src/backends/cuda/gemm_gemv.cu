@@ -53,6 +53,11 @@ constexpr int kChunkBlocks = 32;      // one block per lane
 constexpr int kMaxClusterCtas = 8;    // portable cluster size
 constexpr int64_t kGemvMaxM = 4;
 
+// K's chunks of kChunkBlocks blocks (the last one partial).
+__host__ __device__ constexpr int64_t k_chunks(int64_t k) {
+  return (k / 32 + kChunkBlocks - 1) / kChunkBlocks;
+}
+
 // How a launch cuts the problem (uniform over the grid).
 struct GemvShape {
   int warps;    // per CTA, <= kWarps
@@ -308,7 +313,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
   const int rank = blockIdx.y;  // in the cluster: which chunks
   const int64_t tile_column0 = int64_t{blockIdx.x} * shape.groups * kCols;
   const int64_t blocks = p.k / 32;
-  const int64_t chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
+  const int64_t chunks = k_chunks(p.k);
   const int64_t warps_per_tile = int64_t{shape.warps} * shape.cluster;
   const int64_t first_chunk = int64_t{rank} * shape.warps + warp;
   // This warp's chunks: first_chunk, + warps_per_tile, ...; its steps: every group x chunk.
@@ -484,7 +489,7 @@ int resident_clusters(int cluster, int warps, int ordinal) {
 // tie the wider tile.
 template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
 GemvShape choose_shape(const GemmProblem& p) {
-  const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
+  const int64_t chunks = k_chunks(p.k);
   GemvShape shape{};
   shape.warps = static_cast<int>(chunks < kWarps ? chunks : kWarps);
   const int64_t ctas_needed = (chunks + shape.warps - 1) / shape.warps;
@@ -539,7 +544,7 @@ void launch_for_m(const GemmProblem& p) {
     // are the same, and the 4-warp kernels' register budgets keep more of them resident (1 x
     // 5760 x 2880 ran 5.4 us on them, 6.5 on the 8-warp ones); on a prepared B they also run
     // without loading ahead (H200: 1 x 8192 x 4096 9.5 us, 11.0 loading ahead).
-    const int64_t chunks = (p.k / 32 + kChunkBlocks - 1) / kChunkBlocks;
+    const int64_t chunks = k_chunks(p.k);
     const bool one_cta = chunks > 4 && chunks <= kMaxWarps;
     if (!kPrepared || chunks > 4) {
       if (choose_shape<1, 8, false, kPrepared, 4>(p).groups >= 3)
