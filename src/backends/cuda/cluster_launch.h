@@ -51,6 +51,43 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, unsigned threads, size_
   check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
 }
 
+// CTAs of `threads` threads and `shared_bytes` of dynamic shared memory that one SM holds at once
+// (1 when the query fails).
+template <typename... Params>
+int resident_ctas_per_sm(void (*kernel)(Params...), unsigned threads, size_t shared_bytes) {
+  int blocks = 1;
+  const cudaError_t status =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared_bytes);
+  if (status != cudaSuccess) (void)cudaGetLastError();  // not sticky
+  return status == cudaSuccess && blocks > 0 ? blocks : 1;
+}
+
+// Clusters of (1, cluster, 1) such CTAs resident at once on the current device: the GPCs decide
+// where clusters fit, so this is at most, not always, the CTA slots over the cluster size.
+// `fallback` (at least 1) when the query fails. A kernel with more than 48 KiB of dynamic shared
+// memory must have its attribute set first.
+template <typename... Params>
+int resident_clusters(void (*kernel)(Params...), int cluster, unsigned threads,
+                      size_t shared_bytes, int fallback) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1, static_cast<unsigned>(cluster), 1);
+  config.blockDim = dim3(threads, 1, 1);
+  config.dynamicSmemBytes = shared_bytes;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = static_cast<unsigned>(cluster);
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int count = 0;
+  if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) {
+    (void)cudaGetLastError();
+    count = fallback > 0 ? fallback : 1;
+  }
+  return count;
+}
+
 template <typename... Params, typename... Args>
 void launch_with_y_cluster(void (*kernel)(Params...), dim3 grid, unsigned threads,
                            size_t shared_bytes, void* stream, const char* what, LaunchOrder order,

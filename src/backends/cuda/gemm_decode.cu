@@ -734,14 +734,12 @@ void launch(const GemmProblem& p, int splits, int64_t ctas) {
 template <int kNTiles, bool kPrepared>
 int ctas_per_sm() {
   static const int count = [] {
-    int blocks = 1;
     // The opt-in to more than 48 KiB of shared memory first, or the answer is zero.
     cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(shared_bytes<kNTiles>()));
-    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, gemm_decode_kernel<kNTiles, kPrepared>, kThreads, shared_bytes<kNTiles>());
-    return status == cudaSuccess && blocks > 0 ? blocks : 1;
+    return resident_ctas_per_sm(gemm_decode_kernel<kNTiles, kPrepared>, kThreads,
+                                shared_bytes<kNTiles>());
   }();
   return count;
 }

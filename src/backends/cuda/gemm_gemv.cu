@@ -442,43 +442,16 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
 #endif
 }
 
+// How many clusters of `cluster` CTAs of `warps` warps can be resident at once (asked once each).
 template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
-int ctas_per_sm() {
-  static const int count = [] {
-    int blocks = 1;
-    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>, kWarps * 32, 0);
-    return status == cudaSuccess && blocks > 0 ? blocks : 1;
-  }();
-  return count;
-}
-
-// How many clusters of `cluster` CTAs of `warps` warps can be resident at once (the GPCs decide
-// where clusters fit, so this is at most, not always, the CTA slots over the cluster size).
-template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
-int resident_clusters(int cluster, int warps, int ordinal) {
+int resident_clusters_cached(int cluster, int warps, int ordinal) {
   static std::atomic<int> known[kMaxClusterCtas + 1][kMaxWarps + 1];  // 0: not asked yet
   int count = known[cluster][warps].load(std::memory_order_relaxed);
   if (count > 0) return count;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(1, static_cast<unsigned>(cluster), 1);
-  config.blockDim = dim3(static_cast<unsigned>(warps * 32), 1, 1);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = static_cast<unsigned>(cluster);
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&count,
-                                     gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>,
-                                     &config) != cudaSuccess ||
-      count <= 0) {
-    (void)cudaGetLastError();  // not sticky; fall back to the CTA slots
-    count = ctas_per_sm<kM, kCols, kPrefetch, kPrepared, kWarps>() * device_info(ordinal).sm_count /
-            cluster;
-    if (count <= 0) count = 1;
-  }
+  const auto kernel = gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>;
+  const unsigned threads = static_cast<unsigned>(warps * 32);
+  const int slots = resident_ctas_per_sm(kernel, threads, 0) * device_info(ordinal).sm_count;
+  count = resident_clusters(kernel, cluster, threads, 0, slots / cluster);
   known[cluster][warps].store(count, std::memory_order_relaxed);
   return count;
 }
@@ -494,7 +467,7 @@ GemvShape choose_shape(const GemmProblem& p) {
   shape.warps = static_cast<int>(chunks < kWarps ? chunks : kWarps);
   const int64_t ctas_needed = (chunks + shape.warps - 1) / shape.warps;
   shape.cluster = static_cast<int>(ctas_needed < kMaxClusterCtas ? ctas_needed : kMaxClusterCtas);
-  const int64_t resident = resident_clusters<kM, kCols, kPrefetch, kPrepared, kWarps>(
+  const int64_t resident = resident_clusters_cached<kM, kCols, kPrefetch, kPrepared, kWarps>(
       shape.cluster, shape.warps, p.device.ordinal);
   constexpr int kMaxGroups = kMaxTileColumns / kCols;
   int64_t best_cost = -1, best_waves = 0;

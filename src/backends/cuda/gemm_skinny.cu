@@ -44,6 +44,7 @@
 // bias, one rounding).
 #include <cooperative_groups.h>
 
+#include <atomic>
 #include <string>
 #include <type_traits>
 
@@ -824,42 +825,67 @@ int64_t staged_bytes(const GemmProblem& p) {
   return token_tiles<kTokens>(p) * layout::k_tiles(p.k) * ActivationRecord<kTokens>::kBytes;
 }
 
+// CTAs of the kernel resident at once in clusters of `splits` (the GPCs decide where clusters
+// fit: on the H200 at four CTAs per SM, 528 CTAs alone but 496 in clusters of 4 or 8).
 template <int kTokens, bool kPrepared, bool kStaged>
-int ctas_per_sm() {
-  static const int count = [] {
-    int blocks = 1;
-    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, gemm_skinny_kernel<kTokens, kPrepared, kStaged>, kThreads,
-        Smem<kTokens, kSlotsOf<kStaged>>::kBytes);
-    return status == cudaSuccess && blocks > 0 ? blocks : 1;
-  }();
-  return count;
+int64_t resident_ctas(int splits, int ordinal) {
+  static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
+  int clusters = known[splits].load(std::memory_order_relaxed);
+  if (clusters == 0) {
+    const auto kernel = gemm_skinny_kernel<kTokens, kPrepared, kStaged>;
+    constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
+    const int slots = resident_ctas_per_sm(kernel, kThreads, kBytes) * device_info(ordinal).sm_count;
+    clusters = resident_clusters(kernel, splits, kThreads, kBytes, slots / splits);
+    known[splits].store(clusters, std::memory_order_relaxed);
+  }
+  return int64_t{clusters} * splits;
 }
 
-// Splits (a power of two up to a cluster of 8, each partition keeping at least 4 K tiles). While
-// the (column, token) tiles fit the resident CTA slots at once, splits while the split tiles still
-// do. Where they do not and their last wave is less than half full (its CTAs then run nearly
-// alone), the split with the fewest waves per unit of work, each doubling gaining more than 5%
-// (the partitions' reduction and pipeline starts). H200: 32 x 28672 x 8192 (448 tiles on 396
-// slots) 96 -> 85 us, 256 x 10240 x 8192 (320 on 264) 166 -> 139; with a fuller last wave
-// splitting lost (128 x 28672 x 8192, 448 on 264: 160 -> 184).
+// K partitions per column tile (a cluster's CTAs): a power of two up to 8 (clusters of 3, 5, 6 or
+// 7 CTAs measured slower than both neighbouring powers of two), each partition keeping at least
+// 4 K tiles.
+// - Up to 64 activation rows (one token tile, 3 to 5 CTAs per SM): at least two where K allows.
+//   CTAs that finish at different times let the scheduler level the SMs' work, where a grid of one
+//   CTA per column tile leaves some SMs a CTA more than others until the end. Then doubling while
+//   the grid has fewer than two CTAs per SM and the doubled grid still fits the GPU at once in
+//   clusters (a second wave of a few clusters costs more than the doubling gains). H200, prepared
+//   B, us, 1 / 2 / 4 splits: 16 x 28672 x 8192 (448 column tiles) 69.0 / 61.4 / 67.6; 32 x 28672 x
+//   8192 92.7 / 78.9 / 86.1; 16 x 8192 x 8192 (128 column tiles, 496 CTAs fit in clusters of 4)
+//   38.0 / 25.1 / 28.8.
+// - 128-row token tiles (two CTAs of up to 255 registers per SM, M / 128 of them converting the
+//   same weights): while the tiles fit the resident CTAs at once, splits while the split tiles
+//   still do; where they do not and their last wave is less than half full (its CTAs then run
+//   nearly alone), the split with the fewest waves per unit of work, each doubling gaining more
+//   than 5% (the partitions' reduction and pipeline starts). H200: 256 x 10240 x 8192 (320 tiles
+//   on 264 slots) 152 -> 124 us at 2 splits; with a fuller last wave splitting lost (128 x 28672 x
+//   8192, 448 on 264: 152 -> 164). Starting at two splits, as above, lost 6-10% at 128 x 28672 x
+//   8192 and 256 x 8192 x 8192.
 template <int kTokens, bool kPrepared, bool kStaged>
 int choose_splits(const GemmProblem& p) {
   const int64_t ctas = (p.n + kRows - 1) / kRows * token_tiles<kTokens>(p);
   const int64_t tiles = layout::k_tiles(p.k);
-  const int64_t slots =
-      int64_t{ctas_per_sm<kTokens, kPrepared, kStaged>()} * device_info(p.device.ordinal).sm_count;
+  const auto resident = [&](int splits) {
+    return resident_ctas<kTokens, kPrepared, kStaged>(splits, p.device.ordinal);
+  };
+  const auto allowed = [&](int splits) { return splits <= kMaxSplits && tiles / splits >= 4; };
+  if constexpr (kTokens < kMaxTokens) {
+    const int64_t sms = device_info(p.device.ordinal).sm_count;
+    int splits = allowed(2) ? 2 : 1;
+    while (allowed(splits * 2) && ctas * splits < 2 * sms && ctas * splits * 2 <= resident(splits * 2))
+      splits *= 2;
+    return splits;
+  }
+  const int64_t slots = resident(1);
   int splits = 1;
   if (ctas <= slots) {
-    while (splits * 2 <= kMaxSplits && ctas * splits * 2 <= slots && tiles / (splits * 2) >= 4)
-      splits *= 2;
+    while (allowed(splits * 2) && ctas * splits * 2 <= resident(splits * 2)) splits *= 2;
     return splits;
   }
   if (2 * (ctas % slots) >= slots || ctas % slots == 0) return 1;
   const auto waves_per_work = [&](int s) {
     return static_cast<double>((ctas * s + slots - 1) / slots) / s;
   };
-  for (int next = 2; next <= kMaxSplits && tiles / next >= 4; next *= 2)
+  for (int next = 2; allowed(next); next *= 2)
     if (waves_per_work(next) < 0.95 * waves_per_work(splits)) splits = next;
   return splits;
 }
