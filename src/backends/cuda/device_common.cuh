@@ -48,6 +48,18 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
+// The last barrier of a cluster whose CTAs read each other's shared memory: no CTA exits (and
+// frees its shared memory) before every CTA has arrived, and each arrives after its distributed
+// shared memory reads, which are complete once their values are used. Relaxed, because nothing
+// written before it needs to be visible to the others: a release arrive (cluster.sync()) first
+// waits for the CTA's outstanding global stores.
+__device__ __forceinline__ void cluster_arrive_relaxed_and_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
+                   : "memory");
+#endif
+}
+
 // Component j (0..3) of v (a compile-time j once inlined).
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;

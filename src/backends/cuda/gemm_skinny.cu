@@ -762,7 +762,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared,
       if (e < last && token < p.m && n < p.n) store_output(p, token, n, sums[u]);
     }
   }
-  cluster.sync();  // every rank's shared memory stays alive until the others have read it
+  cluster_arrive_relaxed_and_wait();  // shared memory stays alive until the others have read it
 #else
   (void)p;
   (void)tiles_per_split;
