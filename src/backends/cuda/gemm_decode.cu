@@ -689,7 +689,7 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
         for (int i = 0; i < kSums; ++i) acc[i] += remote[i * kThreads + threadIdx.x];
       }
     }
-    cluster.sync();  // keep every rank's shared memory alive until rank 0 has read it
+    cluster_arrive_relaxed_and_wait();  // shared memory stays alive until rank 0 has read it
     if (split != 0) return;
   }
   if (!warp_has_rows) return;

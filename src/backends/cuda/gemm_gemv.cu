@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
         for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) partial[0][i] += remote[i];
       }
     }
-    cluster.sync();  // every rank's shared memory stays alive until rank 0 has read it
+    cluster_arrive_relaxed_and_wait();  // shared memory stays alive until rank 0 has read it
     if (rank != 0) return;
   } else {
     __syncthreads();
