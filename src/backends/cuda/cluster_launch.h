@@ -67,8 +67,8 @@ int resident_ctas_per_sm(void (*kernel)(Params...), unsigned threads, size_t sha
 // `fallback` (at least 1) when the query fails. A kernel with more than 48 KiB of dynamic shared
 // memory must have its attribute set first.
 template <typename... Params>
-int resident_clusters(void (*kernel)(Params...), int cluster, unsigned threads,
-                      size_t shared_bytes, int fallback) {
+int resident_clusters(void (*kernel)(Params...), int cluster, unsigned threads, size_t shared_bytes,
+                      int fallback) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(1, static_cast<unsigned>(cluster), 1);
   config.blockDim = dim3(threads, 1, 1);

@@ -834,7 +834,8 @@ int64_t resident_ctas(int splits, int ordinal) {
   if (clusters == 0) {
     const auto kernel = gemm_skinny_kernel<kTokens, kPrepared, kStaged>;
     constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
-    const int slots = resident_ctas_per_sm(kernel, kThreads, kBytes) * device_info(ordinal).sm_count;
+    const int slots =
+        resident_ctas_per_sm(kernel, kThreads, kBytes) * device_info(ordinal).sm_count;
     clusters = resident_clusters(kernel, splits, kThreads, kBytes, slots / splits);
     known[splits].store(clusters, std::memory_order_relaxed);
   }
@@ -871,7 +872,8 @@ int choose_splits(const GemmProblem& p) {
   if constexpr (kTokens < kMaxTokens) {
     const int64_t sms = device_info(p.device.ordinal).sm_count;
     int splits = allowed(2) ? 2 : 1;
-    while (allowed(splits * 2) && ctas * splits < 2 * sms && ctas * splits * 2 <= resident(splits * 2))
+    while (allowed(splits * 2) && ctas * splits < 2 * sms &&
+           ctas * splits * 2 <= resident(splits * 2))
       splits *= 2;
     return splits;
   }
