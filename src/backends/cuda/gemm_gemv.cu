@@ -87,8 +87,7 @@ struct ActivationBlock {
 // q ^ 1, q ^ 3 (q = the lane's block mod 4; quad_transpose): the activations' pieces in the same
 // order, so that every piece meets its own.
 __device__ __forceinline__ uint4 pieces_in_quad_order(const uint4& v, int q) {
-  const auto piece = [&](int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; };
-  return make_uint4(piece(q), piece(q ^ 2), piece(q ^ 1), piece(q ^ 3));
+  return make_uint4(word_of(v, q), word_of(v, q ^ 2), word_of(v, q ^ 1), word_of(v, q ^ 3));
 }
 
 template <int kM, bool kPrepared>
