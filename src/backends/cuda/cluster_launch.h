@@ -21,6 +21,16 @@ enum class LaunchOrder {
   kEarly,
 };
 
+// The launch attribute of clusters of (1, y, 1) CTAs.
+inline cudaLaunchAttribute y_cluster_dimension(unsigned y) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = y;
+  attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
 // Launches kernel on `grid` CTAs of `threads` threads on `stream`, in clusters of (1, grid.y, 1)
 // (the whole y dimension is one cluster) when y_cluster; `what` names it in errors.
 template <typename... Params, typename... Args>
@@ -34,13 +44,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, unsigned threads, size_
   config.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attributes[2]{};
   unsigned count = 0;
-  if (y_cluster) {
-    attributes[count].id = cudaLaunchAttributeClusterDimension;
-    attributes[count].val.clusterDim.x = 1;
-    attributes[count].val.clusterDim.y = grid.y;
-    attributes[count].val.clusterDim.z = 1;
-    ++count;
-  }
+  if (y_cluster) attributes[count++] = y_cluster_dimension(grid.y);
   if (order == LaunchOrder::kEarly) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count].val.programmaticStreamSerializationAllowed = 1;
@@ -63,29 +67,25 @@ int resident_ctas_per_sm(void (*kernel)(Params...), unsigned threads, size_t sha
 }
 
 // Clusters of (1, cluster, 1) such CTAs resident at once on the current device: the GPCs decide
-// where clusters fit, so this is at most, not always, the CTA slots over the cluster size.
-// `fallback` (at least 1) when the query fails. A kernel with more than 48 KiB of dynamic shared
-// memory must have its attribute set first.
+// where clusters fit, so this is at most, not always, the CTA slots over the cluster size. When
+// the query fails, those slots over the cluster size (at least 1), from `sm_count` SMs. A kernel
+// with more than 48 KiB of dynamic shared memory must have its attribute set first.
 template <typename... Params>
 int resident_clusters(void (*kernel)(Params...), int cluster, unsigned threads, size_t shared_bytes,
-                      int fallback) {
+                      int sm_count) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(1, static_cast<unsigned>(cluster), 1);
   config.blockDim = dim3(threads, 1, 1);
   config.dynamicSmemBytes = shared_bytes;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = static_cast<unsigned>(cluster);
-  attribute.val.clusterDim.z = 1;
+  cudaLaunchAttribute attribute = y_cluster_dimension(static_cast<unsigned>(cluster));
   config.attrs = &attribute;
   config.numAttrs = 1;
   int count = 0;
-  if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) {
-    (void)cudaGetLastError();
-    count = fallback > 0 ? fallback : 1;
-  }
-  return count;
+  if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) == cudaSuccess && count > 0)
+    return count;
+  (void)cudaGetLastError();  // not sticky
+  count = resident_ctas_per_sm(kernel, threads, shared_bytes) * sm_count / cluster;
+  return count > 0 ? count : 1;
 }
 
 template <typename... Params, typename... Args>

@@ -448,9 +448,8 @@ int resident_clusters_cached(int cluster, int warps, int ordinal) {
   int count = known[cluster][warps].load(std::memory_order_relaxed);
   if (count > 0) return count;
   const auto kernel = gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>;
-  const unsigned threads = static_cast<unsigned>(warps * 32);
-  const int slots = resident_ctas_per_sm(kernel, threads, 0) * device_info(ordinal).sm_count;
-  count = resident_clusters(kernel, cluster, threads, 0, slots / cluster);
+  count = resident_clusters(kernel, cluster, static_cast<unsigned>(warps * 32), 0,
+                            device_info(ordinal).sm_count);
   known[cluster][warps].store(count, std::memory_order_relaxed);
   return count;
 }

@@ -834,9 +834,7 @@ int64_t resident_ctas(int splits, int ordinal) {
   if (clusters == 0) {
     const auto kernel = gemm_skinny_kernel<kTokens, kPrepared, kStaged>;
     constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
-    const int slots =
-        resident_ctas_per_sm(kernel, kThreads, kBytes) * device_info(ordinal).sm_count;
-    clusters = resident_clusters(kernel, splits, kThreads, kBytes, slots / splits);
+    clusters = resident_clusters(kernel, splits, kThreads, kBytes, device_info(ordinal).sm_count);
     known[splits].store(clusters, std::memory_order_relaxed);
   }
   return int64_t{clusters} * splits;
