@@ -601,6 +601,15 @@ void CudaBackend::run_skinny_cases(bool workspace) {
                  GemmCase{m, 64, 16384, A4W4_DTYPE_F32, false, true, scales, prepared, 0,
                           "cuda.skinny", 0});
     }
+  // More column tiles than two CTAs per SM hold (N = 17000: 266 tiles): the staged 64-row kernel
+  // on a plain B then runs its three-CTA instantiation.
+  if (workspace)
+    for (int64_t m : {40, 64})
+      for (int64_t k : {160, 1024})
+        for (int scales : {kFoldScales, kWideScales})
+          run_case(ctx_, rng_,
+                   GemmCase{m, 17000, k, A4W4_DTYPE_BF16, true, false, scales, false, 0,
+                            "cuda.skinny", 0});
 }
 
 TEST_F(CudaBackend, DecodeShapesOfRealModels) {

@@ -512,18 +512,18 @@ constexpr int kStagedSlots = 4;
 template <bool kStaged>
 constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 
-// CTAs per SM as a register bound: 4 up to 16 activation rows, 3 from 32 (168 registers); the
-// staged 64-row kernel on a plain B spilled 172 bytes at 168 and runs two CTAs of 210 instead
-// (64x8192x8192 50.5 -> 40.8 us, 64x28672x8192 168 -> 132, but 64x10240x8192 61 -> 68: its 160
-// column tiles no longer split).
+// CTAs per SM as a register bound: 4 up to 16 activation rows, 3 from 32 (168 registers);
 // 128 activation rows: two CTAs of up to 255 registers (64 int32 sums, 64 fp32 accumulators).
+// The staged 64-row kernel on a plain B spills about 100 bytes at 168 registers; it also comes as
+// two CTAs of 212 that do not spill (kSpillFreeCtas), chosen where that grid fits the GPU at once
+// (launch()).
 template <int kTokens, bool kPrepared, bool kStaged>
-constexpr int kSkinnyCtasPerSm = kTokens == 128 || (kTokens == 64 && !kPrepared && kStaged)
-                                     ? 2
-                                     : (kTokens >= 32 ? 3 : 4);
+constexpr int kSkinnyCtasPerSm = kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
+constexpr int kSpillFreeCtas = 2;
 
-template <int kTokens, bool kPrepared, bool kStaged>
-__global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens, kPrepared, kStaged>)
+template <int kTokens, bool kPrepared, bool kStaged,
+          int kCtas = kSkinnyCtasPerSm<kTokens, kPrepared, kStaged>>
+__global__ void __launch_bounds__(kThreads, kCtas)
     gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kSlots = kSlotsOf<kStaged>;
@@ -825,14 +825,27 @@ int64_t staged_bytes(const GemmProblem& p) {
   return token_tiles<kTokens>(p) * layout::k_tiles(p.k) * ActivationRecord<kTokens>::kBytes;
 }
 
+// The kernel, its dynamic shared memory allowed (once per instantiation and process) before any
+// launch or occupancy query.
+template <int kTokens, bool kPrepared, bool kStaged, int kCtas>
+auto skinny_kernel() {
+  constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
+  static_assert(kBytes <= 227 * 1024);
+  const auto kernel = gemm_skinny_kernel<kTokens, kPrepared, kStaged, kCtas>;
+  static const cudaError_t attribute =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_kernel)");
+  return kernel;
+}
+
 // CTAs of the kernel resident at once in clusters of `splits` (the GPCs decide where clusters
 // fit: on the H200 at four CTAs per SM, 528 CTAs alone but 496 in clusters of 4 or 8).
-template <int kTokens, bool kPrepared, bool kStaged>
+template <int kTokens, bool kPrepared, bool kStaged, int kCtas>
 int64_t resident_ctas(int splits, int ordinal) {
   static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
   int clusters = known[splits].load(std::memory_order_relaxed);
   if (clusters == 0) {
-    const auto kernel = gemm_skinny_kernel<kTokens, kPrepared, kStaged>;
+    const auto kernel = skinny_kernel<kTokens, kPrepared, kStaged, kCtas>();
     constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
     clusters = resident_clusters(kernel, splits, kThreads, kBytes, device_info(ordinal).sm_count);
     known[splits].store(clusters, std::memory_order_relaxed);
@@ -859,12 +872,12 @@ int64_t resident_ctas(int splits, int ordinal) {
 //   on 264 slots) 152 -> 124 us at 2 splits; with a fuller last wave splitting lost (128 x 28672 x
 //   8192, 448 on 264: 152 -> 164). Starting at two splits, as above, lost 6-10% at 128 x 28672 x
 //   8192 and 256 x 8192 x 8192.
-template <int kTokens, bool kPrepared, bool kStaged>
+template <int kTokens, bool kPrepared, bool kStaged, int kCtas>
 int choose_splits(const GemmProblem& p) {
   const int64_t ctas = (p.n + kRows - 1) / kRows * token_tiles<kTokens>(p);
   const int64_t tiles = layout::k_tiles(p.k);
   const auto resident = [&](int splits) {
-    return resident_ctas<kTokens, kPrepared, kStaged>(splits, p.device.ordinal);
+    return resident_ctas<kTokens, kPrepared, kStaged, kCtas>(splits, p.device.ordinal);
   };
   const auto allowed = [&](int splits) { return splits <= kMaxSplits && tiles / splits >= 4; };
   if constexpr (kTokens < kMaxTokens) {
@@ -890,15 +903,13 @@ int choose_splits(const GemmProblem& p) {
   return splits;
 }
 
-template <int kTokens, bool kPrepared, bool kStaged>
-void launch_gemm(const GemmProblem& p, const uint8_t* records) {
+// splits: 0 to choose them here.
+template <int kTokens, bool kPrepared, bool kStaged,
+          int kCtas = kSkinnyCtasPerSm<kTokens, kPrepared, kStaged>>
+void launch_gemm(const GemmProblem& p, const uint8_t* records, int splits = 0) {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
-  static_assert(kBytes <= 227 * 1024);
-  const auto kernel = gemm_skinny_kernel<kTokens, kPrepared, kStaged>;
-  static const cudaError_t attribute =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-  check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_kernel)");
-  const int splits = choose_splits<kTokens, kPrepared, kStaged>(p);
+  const auto kernel = skinny_kernel<kTokens, kPrepared, kStaged, kCtas>();
+  if (splits == 0) splits = choose_splits<kTokens, kPrepared, kStaged, kCtas>(p);
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
   const int per_split = (tiles + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows), static_cast<unsigned>(splits),
@@ -932,6 +943,17 @@ void launch(const GemmProblem& p) {
   // records the kernel may still read.
   launch_kernel(stage_activations_kernel<kTokens, kPrepared>, grid, kThreads, 0, p.stream,
                 "stage_activations_kernel launch", LaunchOrder::kEarly, false, p, records);
+  if constexpr (kTokens == kMaxUnstagedTokens && !kPrepared) {
+    // The plain staged 64-row kernel: two CTAs of 212 registers per SM where that grid fits the
+    // GPU at once, else three of 168 (about 100 bytes spilled) for fewer waves. H200, us, 2 / 3
+    // CTAs per SM, M = 33..64: 64 x 8192 x 8192 (256 CTAs on 264 slots) 36.3 / 39.6, 64 x 8192 x
+    // 28672 99 / 112, 64 x 2880 x 4096 15.1 / 17.2; 64 x 10240 x 8192 (320 CTAs) 56.9 / 48.2,
+    // 64 x 28672 x 8192 116 / 107.
+    const int splits = choose_splits<kTokens, false, true, kSpillFreeCtas>(p);
+    const int64_t ctas = (p.n + kRows - 1) / kRows * splits;
+    if (ctas <= resident_ctas<kTokens, false, true, kSpillFreeCtas>(splits, p.device.ordinal))
+      return launch_gemm<kTokens, false, true, kSpillFreeCtas>(p, records, splits);
+  }
   launch_gemm<kTokens, kPrepared, true>(p, records);
 }
 
