@@ -601,6 +601,12 @@ void CudaBackend::run_skinny_cases(bool workspace) {
                  GemmCase{m, 64, 16384, A4W4_DTYPE_F32, false, true, scales, prepared, 0,
                           "cuda.skinny", 0});
     }
+  // Eight activation rows at long K over many column tiles (N = 8192, K = 12288: eight partitions
+  // where the grid makes 1.5 waves, choose_splits), both layouts.
+  for (bool prepared : {false, true})
+    run_case(ctx_, rng_,
+             GemmCase{8, 8192, 12288, A4W4_DTYPE_BF16, false, true, kFoldScales, prepared, 0,
+                      "cuda.skinny", 0});
   // More column tiles than two CTAs per SM hold (N = 17000: 266 tiles): the staged 64-row kernel
   // on a plain B then runs its three-CTA instantiation.
   if (workspace)

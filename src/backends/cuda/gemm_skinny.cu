@@ -863,7 +863,10 @@ int64_t resident_ctas(int splits, int ordinal) {
 //   clusters (a second wave of a few clusters costs more than the doubling gains). H200, prepared
 //   B, us, 1 / 2 / 4 splits: 16 x 28672 x 8192 (448 column tiles) 69.0 / 61.4 / 67.6; 32 x 28672 x
 //   8192 92.7 / 78.9 / 86.1; 16 x 8192 x 8192 (128 column tiles, 496 CTAs fit in clusters of 4)
-//   38.0 / 25.1 / 28.8.
+//   38.0 / 25.1 / 28.8. At 8 activation rows and long K (12 K tiles or more per partition), four
+//   partitions become eight where that grid makes 1.5 waves or more of resident clusters: shorter
+//   CTAs level the SMs (4 / 8 splits: 8 x 8192 x 28672 66.3 / 60.1 us, 8 x 8192 x 14336 36.1 /
+//   34.1; but 8 x 5120 x 13824, 640 CTAs on 620 slots, 24.4 / 25.8).
 // - 128-row token tiles (two CTAs of up to 255 registers per SM, M / 128 of them converting the
 //   same weights): while the tiles fit the resident CTAs at once, splits while the split tiles
 //   still do; where they do not and their last wave is less than half full (its CTAs then run
@@ -886,6 +889,9 @@ int choose_splits(const GemmProblem& p) {
     while (allowed(splits * 2) && ctas * splits < 2 * sms &&
            ctas * splits * 2 <= resident(splits * 2))
       splits *= 2;
+    if (kTokens == 8 && splits == 4 && allowed(8) && tiles / 8 >= 12 &&
+        2 * ctas * 8 >= 3 * resident(8))
+      splits = 8;
     return splits;
   }
   const int64_t slots = resident(1);
