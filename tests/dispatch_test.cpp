@@ -240,11 +240,73 @@ TEST(TunedTable, TheNearestMWinsAcrossEntriesWithAndWithoutAWorkspace) {
   EXPECT_EQ(split_at(table, 65, 64, 256, true), -1);
 }
 
+// Rows with a `workspace` and a `weights` column (the layout of B they were tuned with).
+const std::string kWeightsHeader = std::string(tuned::kHeader) + ",label,workspace,weights\n";
+
+// The split_k of the entry a lookup finds for a plain (false) or prepared (true) B (-1: none).
+int split_for_layout(const TunedTable& table, int64_t m, bool prepared, bool workspace = false) {
+  const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, 64, 256, workspace, prepared);
+  return entry == nullptr ? -1 : entry->split_k;
+}
+
+TEST(TunedTable, EntriesTunedWithBsLayoutComeFirstAtTheNearestM) {
+  // M = 1: one entry per layout; M = 4: plain and any; M = 8: prepared only (as in
+  // tuned/h200-*.csv, M = 8..64 tuned on a prepared B), with a workspace and without; M = 16: any
+  // only. The nearest M decides first; at that M, B's layout, then any, then the other layout.
+  const TunedTable table(kWeightsHeader +
+                             "cpu,8,1,64,256,cpu.reference,1,1,1,-,0,plain\n"
+                             "cpu,8,1,64,256,cpu.reference,2,1,1,-,0,prepared\n"
+                             "cpu,8,4,64,256,cpu.reference,3,1,1,-,0,plain\n"
+                             "cpu,8,4,64,256,cpu.reference,4,1,1,-,0,\n"
+                             "cpu,8,8,64,256,cpu.reference,5,1,1,-,0,prepared\n"
+                             "cpu,8,8,64,256,cpu.reference,6,1,1,-,1,prepared\n"
+                             "cpu,8,16,64,256,cpu.reference,7,1,1,-,0,\n",
+                         "t.csv", kDevices);
+  EXPECT_TRUE(table.warnings().empty());  // one shape and M in several kinds: no duplicates
+  EXPECT_EQ(split_for_layout(table, 1, false), 1);
+  EXPECT_EQ(split_for_layout(table, 1, true), 2);
+  EXPECT_EQ(split_for_layout(table, 3, false), 3);
+  EXPECT_EQ(split_for_layout(table, 3, true), 4);   // any before the other layout
+  EXPECT_EQ(split_for_layout(table, 8, false), 5);  // only the other layout's at the nearest M
+  EXPECT_EQ(split_for_layout(table, 8, false, true), 6);
+  EXPECT_EQ(split_for_layout(table, 5, true, true), 6);
+  EXPECT_EQ(split_for_layout(table, 9, true), 7);
+  EXPECT_EQ(split_for_layout(table, 17, true), -1);
+  // A file without the column: every row serves both layouts, as before.
+  const TunedTable old(kHeader + "cpu,8,1,64,256,cpu.reference,1,1,1\n", "t.csv", kDevices);
+  EXPECT_EQ(split_for_layout(old, 1, true), 1);
+  EXPECT_EQ(split_for_layout(old, 1, false), 1);
+  // The same layout twice at one M is a duplicate; an unknown layout name is an error.
+  const TunedTable twice(kWeightsHeader +
+                             "cpu,8,1,64,256,cpu.reference,1,1,1,-,0,plain\n"
+                             "cpu,8,1,64,256,cpu.reference,2,2,1,-,0,plain\n",
+                         "t.csv", kDevices);
+  ASSERT_EQ(twice.warnings().size(), 1u);
+  EXPECT_NE(twice.warnings()[0].find("duplicate entry"), std::string::npos);
+  const std::string error =
+      config_error(kWeightsHeader + "cpu,8,1,64,256,cpu.reference,1,1,1,-,0,packed\n");
+  EXPECT_NE(error.find("weights: 'packed' is not 'plain', 'prepared' or empty"), std::string::npos)
+      << error;
+}
+
 // ---- The chooser with the real CPU kernels and a tuned table ----------------------------------
 
 GemmChoice choose(const GemmProblem& p, const TunedTable* table, std::string_view kernel = "") {
   return a4w4::choose_gemm_kernel(p, A4W4_BACKEND_CPU, kernel, table, {"cpu", 8}, 0,
                                   a4w4::gemm_kernels());
+}
+
+TEST(Chooser, TakesTheEntryTunedWithBsLayout) {
+  const TunedTable table(kWeightsHeader +
+                             "cpu,8,1,64,256,cpu.reference,1,1,1,-,0,plain\n"
+                             "cpu,8,1,64,256,cpu.reference,2,1,1,-,0,prepared\n",
+                         "t.csv", kDevices);
+  GemmProblem prepared = problem(1, 64, 256);
+  prepared.b.layout = A4W4_LAYOUT_PREPARED_V1;
+  EXPECT_EQ(choose(problem(1, 64, 256), &table).split_k, 1);
+  const GemmChoice c = choose(prepared, &table);
+  EXPECT_EQ(c.source, A4W4_CHOICE_TUNED);
+  EXPECT_EQ(c.split_k, 2);
 }
 
 TEST(Chooser, TunedEntriesAndExplicitOptions) {

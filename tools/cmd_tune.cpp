@@ -331,7 +331,7 @@ void run_tune(TuneSettings settings) {
 
   std::string csv = fmt::format(
       "# a4w4 tune: {} backend, {} B, D in {}, median of {} samples; device '{}' ({} SMs)\n"
-      "{},label,heuristic_kernel,heuristic_split_k,heuristic_us,workspace\n",
+      "{},label,heuristic_kernel,heuristic_split_k,heuristic_us,workspace,weights\n",
       a4w4_backend_name(settings.backend), settings.weights, out_dtype_name(settings.out_dtype),
       settings.samples, device_name, sm_count, tuned::kHeader);
   int wrong = 0, rows = 0;
@@ -397,9 +397,10 @@ void run_tune(TuneSettings settings) {
                          best->split_k,
                          std::round(best->us * 100) / 100,
                          std::round(2.0 * shape.m * shape.n * shape.k / best->us / 1e2) / 1e4};
-    csv += fmt::format("{},{},{},{},{},{}\n", tuned::format_row(row),
+    csv += fmt::format("{},{},{},{},{},{},{}\n", tuned::format_row(row),
                        shape.label.empty() ? "-" : shape.label, heuristic.kernel, heuristic.split_k,
-                       std::round(heuristic_timed->us * 100) / 100, settings.workspace ? 1 : 0);
+                       std::round(heuristic_timed->us * 100) / 100, settings.workspace ? 1 : 0,
+                       settings.weights);
     ++rows;
   }
   show_progress(shapes.size(), shapes.size(), "done");

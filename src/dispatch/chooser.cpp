@@ -87,7 +87,8 @@ GemmChoice choose_gemm_kernel(const GemmProblem& problem, a4w4_backend backend,
                               std::span<const GemmKernel> kernels) {
   const TunedEntry* entry =
       tuned != nullptr
-          ? tuned->lookup(device, problem.m, problem.n, problem.k, problem.workspace != nullptr)
+          ? tuned->lookup(device, problem.m, problem.n, problem.k, problem.workspace != nullptr,
+                          problem.b.layout != A4W4_LAYOUT_PLAIN)
           : nullptr;
   const bool caller_split = problem.split_k > 0;
 

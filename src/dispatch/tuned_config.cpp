@@ -73,7 +73,8 @@ TunedTable::TunedTable(std::string_view text, std::string label, std::span<const
     entry.skipped = static_problem(row, kernel);
     if (entry.skipped.empty()) entry.kernel = kernel;
 
-    auto& by_m = table_[ShapeKey{key, row.n, row.k, row.workspace}];
+    auto& by_m =
+        table_[ShapeKey{key, row.n, row.k, row.workspace, static_cast<uint8_t>(row.weights)}];
     const auto [it, inserted] = by_m.try_emplace(row.m);
     if (!inserted) {
       // Two winners for one shape (e.g. merged files): keep the faster usable one.
@@ -107,20 +108,26 @@ std::shared_ptr<const TunedTable> TunedTable::load(const std::string& path) {
 }
 
 const TunedEntry* TunedTable::lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k,
-                                     bool workspace) const {
-  // The nearest bucket at or above M among the entries this context may use; on a tie the one
-  // tuned with a workspace. (Taking any workspace entry first let an M = 8 entry serve M = 1 in
-  // a file whose workspace rows start at M = 8, past a nearer M = 1 entry tuned without.)
+                                     bool workspace, bool prepared) const {
+  // The nearest bucket at or above M among the entries this context may use (taking a preferred
+  // kind first at any M let an M = 8 entry tuned with a workspace serve M = 1 past a nearer M = 1
+  // entry tuned without); at that M, the kinds in order of preference: B's layout, any layout,
+  // the other layout, each with a workspace before without.
+  using tuned::Weights;
+  const Weights same = prepared ? Weights::kPrepared : Weights::kPlain;
+  const Weights other = prepared ? Weights::kPlain : Weights::kPrepared;
   const TunedEntry* best = nullptr;
   int64_t best_m = 0;
-  for (const bool tuned_with_workspace : {true, false}) {
-    if (tuned_with_workspace && !workspace) continue;
-    const auto shape = table_.find(ShapeKey{device, n, k, tuned_with_workspace});
-    if (shape == table_.end()) continue;
-    const auto bucket = shape->second.lower_bound(m);  // exact M, else the nearest larger one
-    if (bucket != shape->second.end() && (best == nullptr || bucket->first < best_m))
-      best = &bucket->second, best_m = bucket->first;
-  }
+  for (const Weights weights : {same, Weights::kAny, other})
+    for (const bool tuned_with_workspace : {true, false}) {
+      if (tuned_with_workspace && !workspace) continue;
+      const auto shape =
+          table_.find(ShapeKey{device, n, k, tuned_with_workspace, static_cast<uint8_t>(weights)});
+      if (shape == table_.end()) continue;
+      const auto bucket = shape->second.lower_bound(m);  // exact M, else the nearest larger one
+      if (bucket != shape->second.end() && (best == nullptr || bucket->first < best_m))
+        best = &bucket->second, best_m = bucket->first;
+    }
   return best;
 }
 

@@ -53,10 +53,12 @@ class TunedTable {
   static std::shared_ptr<const TunedTable> load(const std::string& path);
 
   // The entry for (device, N, K) at M, else at the nearest larger M; nullptr when none. With
-  // `workspace` (the context has one), entries tuned with and without one both count, and of two
-  // at the same M the one tuned with one; without, only entries tuned without.
+  // `workspace` (the context has one), entries tuned with and without one both count; without,
+  // only entries tuned without. Of several at that M: the one tuned with B's layout (`prepared`:
+  // B is in a prepared layout), then one tuned for any layout, then the other layout's; within
+  // each, the one tuned with a workspace.
   const TunedEntry* lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k,
-                           bool workspace = false) const;
+                           bool workspace = false, bool prepared = false) const;
 
   const std::string& label() const { return label_; }
   int entry_count() const { return entries_; }    // entries for this machine's devices
@@ -67,8 +69,9 @@ class TunedTable {
   std::vector<std::string> warnings() const;
 
  private:
-  using ShapeKey = std::tuple<DeviceKey, int64_t, int64_t, bool>;  // device, N, K, workspace
-  std::map<ShapeKey, std::map<int64_t, TunedEntry>> table_;        // ... -> M -> entry
+  // device, N, K, workspace, weights (tuned::Weights)
+  using ShapeKey = std::tuple<DeviceKey, int64_t, int64_t, bool, uint8_t>;
+  std::map<ShapeKey, std::map<int64_t, TunedEntry>> table_;  // ... -> M -> entry
   std::string label_;
   int entries_ = 0, foreign_ = 0;
   mutable std::mutex mutex_;

@@ -125,7 +125,7 @@ bool valid_device_name(std::string_view name) {
 std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark
   std::vector<Row> rows;
-  size_t header_columns = 0, workspace_column = 0;  // 0: no workspace column
+  size_t header_columns = 0, workspace_column = 0, weights_column = 0;  // 0: no such column
   int line_number = 0;
   size_t at = 0;
   while (at < text.size()) {
@@ -148,7 +148,10 @@ std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
       if (!ok) parser.fail(fmt::format("the header must start with '{}'", kHeader));
       header_columns = fields.size();
       for (size_t i = expected.size(); i < fields.size(); ++i)
-        if (fields[i] == "workspace") workspace_column = i;
+        if (fields[i] == "workspace")
+          workspace_column = i;
+        else if (fields[i] == "weights")
+          weights_column = i;
       continue;
     }
     if (fields.size() != header_columns)
@@ -177,11 +180,24 @@ std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
     row.tflops = parser.number(fields[8], "tflops");
     if (workspace_column > 0)
       row.workspace = parser.integer(fields[workspace_column], "workspace", 0, 1) == 1;
+    if (weights_column > 0) {
+      const std::string& weights = fields[weights_column];
+      if (weights == "plain")
+        row.weights = Weights::kPlain;
+      else if (weights == "prepared")
+        row.weights = Weights::kPrepared;
+      else if (!weights.empty())
+        parser.fail(fmt::format("weights: {} is not 'plain', 'prepared' or empty", shown(weights)));
+    }
     rows.push_back(std::move(row));
   }
   if (header_columns == 0)
     throw ConfigError(fmt::format("{}: no header line (expected '{}')", label, kHeader));
   return rows;
+}
+
+std::string_view weights_name(Weights w) {
+  return w == Weights::kPlain ? "plain" : (w == Weights::kPrepared ? "prepared" : "");
 }
 
 std::string format_row(const Row& row) {

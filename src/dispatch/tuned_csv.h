@@ -17,6 +17,10 @@ namespace a4w4::tuned {
 // The columns every file starts with, in order.
 inline constexpr std::string_view kHeader = "device,sm_count,M,N,K,kernel,split_k,us,tflops";
 
+// Which layout of B a row was tuned with (optional column `weights`: "plain", "prepared", or
+// empty; absent: any).
+enum class Weights : uint8_t { kAny, kPlain, kPrepared };
+
 struct Row {
   int line = 0;  // 1-based line in the file
   std::string device;
@@ -28,6 +32,8 @@ struct Row {
   // Tuned with a device workspace (optional column `workspace`, 0 or 1; absent: 0): the chooser
   // prefers such entries in contexts that have a workspace (a4w4_context_set_workspace).
   bool workspace = false;
+  // Tuned with this layout of B: the chooser prefers such entries for problems with that layout.
+  Weights weights = Weights::kAny;
 
   bool operator==(const Row&) const = default;
 };
@@ -42,11 +48,15 @@ class ConfigError : public std::runtime_error {
 // a missing or wrong header, a row with the wrong number of fields, a field that is not what its
 // column holds (positive integers for sm_count, M, N; K a positive multiple of 32; 0 <= split_k <=
 // K/32; finite non-negative us and tflops; a kernel name of letters, digits, '.', '_', '-'; 0 or 1
-// in a `workspace` column, when the header names one after the required columns).
+// in a `workspace` column, "plain", "prepared" or nothing in a `weights` column, when the header
+// names them after the required columns).
 std::vector<Row> parse_csv(std::string_view text, std::string_view label);
 
-// One line (no newline) that parse_csv reads back as row (line number and workspace aside: the
-// writer adds the `workspace` column with its other extra columns).
+// One line (no newline) that parse_csv reads back as row (line number, workspace and weights
+// aside: the writer adds those columns with its other extra columns).
 std::string format_row(const Row& row);
+
+// The `weights` column's text for w ("" for kAny).
+std::string_view weights_name(Weights w);
 
 }  // namespace a4w4::tuned
