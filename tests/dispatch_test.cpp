@@ -171,9 +171,11 @@ TEST(TunedTable, StaleForeignAndDuplicateEntries) {
   EXPECT_EQ(table.lookup({"cpu", 16}, 4, 64, 256), nullptr);  // foreign: not loaded
 }
 
-// The split_k of the entry a lookup finds on the test device for M x N x K (-1: none).
-int split_at(const TunedTable& table, int64_t m, int64_t n, int64_t k, bool workspace = false) {
-  const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, n, k, workspace);
+// The split_k of the entry a lookup finds on the test device for M x N x K (-1: none), in a context
+// with or without a workspace, for a plain or a prepared B.
+int split_at(const TunedTable& table, int64_t m, int64_t n, int64_t k, bool workspace = false,
+             bool prepared = false) {
+  const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, n, k, workspace, prepared);
   return entry == nullptr ? -1 : entry->split_k;
 }
 
@@ -243,12 +245,6 @@ TEST(TunedTable, TheNearestMWinsAcrossEntriesWithAndWithoutAWorkspace) {
 // Rows with a `workspace` and a `weights` column (the layout of B they were tuned with).
 const std::string kWeightsHeader = std::string(tuned::kHeader) + ",label,workspace,weights\n";
 
-// The split_k of the entry a lookup finds for a plain (false) or prepared (true) B (-1: none).
-int split_for_layout(const TunedTable& table, int64_t m, bool prepared, bool workspace = false) {
-  const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, 64, 256, workspace, prepared);
-  return entry == nullptr ? -1 : entry->split_k;
-}
-
 TEST(TunedTable, EntriesTunedWithBsLayoutComeFirstAtTheNearestM) {
   // M = 1: one entry per layout; M = 4: plain and any; M = 8: prepared only (as in
   // tuned/h200-*.csv, M = 8..64 tuned on a prepared B), with a workspace and without; M = 16: any
@@ -263,19 +259,20 @@ TEST(TunedTable, EntriesTunedWithBsLayoutComeFirstAtTheNearestM) {
                              "cpu,8,16,64,256,cpu.reference,7,1,1,-,0,\n",
                          "t.csv", kDevices);
   EXPECT_TRUE(table.warnings().empty());  // one shape and M in several kinds: no duplicates
-  EXPECT_EQ(split_for_layout(table, 1, false), 1);
-  EXPECT_EQ(split_for_layout(table, 1, true), 2);
-  EXPECT_EQ(split_for_layout(table, 3, false), 3);
-  EXPECT_EQ(split_for_layout(table, 3, true), 4);   // any before the other layout
-  EXPECT_EQ(split_for_layout(table, 8, false), 5);  // only the other layout's at the nearest M
-  EXPECT_EQ(split_for_layout(table, 8, false, true), 6);
-  EXPECT_EQ(split_for_layout(table, 5, true, true), 6);
-  EXPECT_EQ(split_for_layout(table, 9, true), 7);
-  EXPECT_EQ(split_for_layout(table, 17, true), -1);
+  EXPECT_EQ(split_at(table, 1, 64, 256, false, false), 1);
+  EXPECT_EQ(split_at(table, 1, 64, 256, false, true), 2);
+  EXPECT_EQ(split_at(table, 3, 64, 256, false, false), 3);
+  EXPECT_EQ(split_at(table, 3, 64, 256, false, true), 4);  // any before the other layout
+  EXPECT_EQ(split_at(table, 8, 64, 256, false, false),
+            5);  // only the other layout's at the nearest M
+  EXPECT_EQ(split_at(table, 8, 64, 256, true, false), 6);
+  EXPECT_EQ(split_at(table, 5, 64, 256, true, true), 6);
+  EXPECT_EQ(split_at(table, 9, 64, 256, false, true), 7);
+  EXPECT_EQ(split_at(table, 17, 64, 256, false, true), -1);
   // A file without the column: every row serves both layouts, as before.
   const TunedTable old(kHeader + "cpu,8,1,64,256,cpu.reference,1,1,1\n", "t.csv", kDevices);
-  EXPECT_EQ(split_for_layout(old, 1, true), 1);
-  EXPECT_EQ(split_for_layout(old, 1, false), 1);
+  EXPECT_EQ(split_at(old, 1, 64, 256, false, true), 1);
+  EXPECT_EQ(split_at(old, 1, 64, 256, false, false), 1);
   // The same layout twice at one M is a duplicate; an unknown layout name is an error.
   const TunedTable twice(kWeightsHeader +
                              "cpu,8,1,64,256,cpu.reference,1,1,1,-,0,plain\n"
