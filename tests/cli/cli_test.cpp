@@ -223,7 +223,7 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
 
   // With a 100% margin nothing can beat the heuristic: every entry is the heuristic's own choice
   // (kernel and split in columns 6-7 equal heuristic_kernel and heuristic_split_k, columns 11-12);
-  // column 14 says it was tuned without a workspace.
+  // column 14 says it was tuned without a workspace, column 15 with a plain B (the CPU's default).
   result = run(
       "tune --shapes shapes.txt --out kept.csv --samples 2 --batch-ms 0.2 --threads 2 "
       "--margin 100");
@@ -235,10 +235,11 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
     std::vector<std::string> fields;
     std::istringstream row(line);
     for (std::string field; std::getline(row, field, ',');) fields.push_back(field);
-    ASSERT_EQ(fields.size(), 14u) << line;
+    ASSERT_EQ(fields.size(), 15u) << line;
     EXPECT_EQ(fields[5], fields[10]) << line;
     EXPECT_EQ(fields[6], fields[11]) << line;
     EXPECT_EQ(fields[13], "0") << line;
+    EXPECT_EQ(fields[14], "plain") << line;
     ++entries;
   }
   EXPECT_EQ(entries, 2);
