@@ -250,6 +250,48 @@ TEST_F(Tuning, LoadLookupAndClear) {
   EXPECT_EQ(a4w4_context_tuned_warning(ctx_, 0, text, sizeof text), A4W4_ERROR_INVALID_ARGUMENT);
 }
 
+TEST_F(Tuning, EntriesTunedWithBsLayoutServeThatLayout) {
+  // The same shape tuned on a plain and on a prepared B (column `weights`): a4w4_gemm_choose and
+  // a4w4_gemm take the entry of the layout B comes in.
+  const std::string path =
+      file("w.csv", header_.substr(0, header_.size() - 1) + ",label,workspace,weights\n" +
+                        cpu_key() + ",8,40,320,cpu.reference,2,1,1,-,0,plain\n" + cpu_key() +
+                        ",8,40,320,cpu.reference,5,1,1,-,0,prepared\n");
+  ASSERT_EQ(a4w4_context_load_tuned(ctx_, path.c_str()), A4W4_SUCCESS);
+  a4w4_gemm_choice c{};
+  ASSERT_EQ(choose(&c), A4W4_SUCCESS);
+  EXPECT_EQ(c.source, A4W4_CHOICE_TUNED);
+  EXPECT_EQ(c.split_k, 2);
+
+  size_t weight_bytes = 0, scale_bytes = 0;
+  ASSERT_EQ(a4w4_prepared_weight_size(N, K, A4W4_LAYOUT_PREPARED_V1, &weight_bytes, &scale_bytes),
+            A4W4_SUCCESS);
+  std::vector<uint8_t> weights(weight_bytes), scales(scale_bytes);
+  a4w4_tensor pw = a4w4_tensor_2d(weights.data(), A4W4_DTYPE_E2M1, N, K, K, a4w4_cpu());
+  a4w4_tensor ps = a4w4_tensor_2d(scales.data(), A4W4_DTYPE_E8M0, N, K / 32, K / 32, a4w4_cpu());
+  pw.layout = ps.layout = A4W4_LAYOUT_PREPARED_V1;
+  const a4w4_tensor b = b_.values.desc(), bs = b_.scales.desc();
+  ASSERT_EQ(a4w4_prepare_weight(ctx_, &b, &bs, &pw, &ps, nullptr), A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  c.struct_size = sizeof c;
+  const a4w4_tensor a = a_.values.desc(), as = a_.scales.desc(), d = d_.desc();
+  ASSERT_EQ(a4w4_gemm_choose(ctx_, &a, &as, &pw, &ps, nullptr, nullptr, &d, &options, &c),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  EXPECT_EQ(c.source, A4W4_CHOICE_TUNED);
+  EXPECT_STREQ(c.kernel, "cpu.reference");
+  EXPECT_EQ(c.split_k, 5);
+  EXPECT_EQ(c.tuned_line, 3);
+  // And the GEMM itself runs it: the result equals the plain B's (the same values).
+  const std::vector<uint8_t> plain = gemm();
+  ASSERT_EQ(a4w4_gemm(ctx_, &a, &as, &pw, &ps, nullptr, nullptr, &d, &options, nullptr),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  EXPECT_EQ(d_.bytes(), plain);
+}
+
 TEST_F(Tuning, StaleEntriesAreSkippedWithAWarningAndTheHeuristicServes) {
   const std::vector<uint8_t> heuristic = gemm();
   const std::string path =
