@@ -819,6 +819,11 @@ int64_t token_tiles(const GemmProblem& p) {
   return (p.m + kTokens - 1) / kTokens;
 }
 
+// Column tiles of kRows weight rows (the grid's x).
+int64_t column_tiles(const GemmProblem& p) {
+  return (p.n + kRows - 1) / kRows;
+}
+
 // Workspace bytes of the staged activations: one record per K tile and token tile.
 template <int kTokens>
 int64_t staged_bytes(const GemmProblem& p) {
@@ -877,7 +882,7 @@ int64_t resident_ctas(int splits, int ordinal) {
 //   8192 and 256 x 8192 x 8192.
 template <int kTokens, bool kPrepared, bool kStaged, int kCtas>
 int choose_splits(const GemmProblem& p) {
-  const int64_t ctas = (p.n + kRows - 1) / kRows * token_tiles<kTokens>(p);
+  const int64_t ctas = column_tiles(p) * token_tiles<kTokens>(p);
   const int64_t tiles = layout::k_tiles(p.k);
   const auto resident = [&](int splits) {
     return resident_ctas<kTokens, kPrepared, kStaged, kCtas>(splits, p.device.ordinal);
@@ -918,7 +923,7 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records, int splits = 0) {
   if (splits == 0) splits = choose_splits<kTokens, kPrepared, kStaged, kCtas>(p);
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
   const int per_split = (tiles + splits - 1) / splits;
-  const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows), static_cast<unsigned>(splits),
+  const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits),
                   static_cast<unsigned>(token_tiles<kTokens>(p)));
   launch_with_y_cluster(kernel, grid, kThreads, kBytes, p.stream, "gemm_skinny_kernel launch",
                         LaunchOrder::kAfterPrevious, p, per_split, records);
@@ -956,7 +961,7 @@ void launch(const GemmProblem& p) {
     // 28672 99 / 112, 64 x 2880 x 4096 15.1 / 17.2; 64 x 10240 x 8192 (320 CTAs) 56.9 / 48.2,
     // 64 x 28672 x 8192 116 / 107.
     const int splits = choose_splits<kTokens, false, true, kSpillFreeCtas>(p);
-    const int64_t ctas = (p.n + kRows - 1) / kRows * splits;
+    const int64_t ctas = column_tiles(p) * splits;
     if (ctas <= resident_ctas<kTokens, false, true, kSpillFreeCtas>(splits, p.device.ordinal))
       return launch_gemm<kTokens, false, true, kSpillFreeCtas>(p, records, splits);
   }
