@@ -159,7 +159,7 @@ std::string chosen_kernel(a4w4_context ctx, const Fp4Set& o, const Shape& s, a4w
                                  prepared ? 0 : s.k, gpu);
   a4w4_tensor bs = a4w4_tensor_2d(prepared ? o.pbs->ptr : o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32,
                                   prepared ? 0 : s.k / 32, gpu);
-  if (prepared) b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V1;
+  if (prepared) b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V2;
   const a4w4_tensor d = a4w4_tensor_2d(o.d->ptr, dtype, s.m, s.n, s.n, gpu);
   a4w4_gemm_choice choice{};
   choice.struct_size = sizeof choice;
@@ -182,7 +182,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
   const a4w4_dtype dtype = out_dtype(options.out_dtype);
   const size_t out_size = dtype == A4W4_DTYPE_F32 ? 4 : 2;
   size_t pw = 0, ps = 0;
-  a4w4_check(a4w4_prepared_weight_size(s.n, s.k, A4W4_LAYOUT_PREPARED_V1, &pw, &ps), "size");
+  a4w4_check(a4w4_prepared_weight_size(s.n, s.k, A4W4_LAYOUT_PREPARED_V2, &pw, &ps), "size");
   const double set_bytes = (s.m + s.n) * (s.k / 2.0 + s.k / 32.0) + s.m * s.n * out_size;
   const int sets = rotation_sets(set_bytes, facts);
   std::vector<Fp4Set> operands(sets);
@@ -230,7 +230,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
       a4w4_tensor bs = a4w4_tensor_2d(o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, gpu);
       a4w4_tensor pb = a4w4_tensor_2d(o.pb->ptr, A4W4_DTYPE_E2M1, s.n, s.k, 0, gpu);
       a4w4_tensor pbs = a4w4_tensor_2d(o.pbs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, 0, gpu);
-      pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V1;
+      pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V2;
       a4w4_check(a4w4_prepare_weight(ctx, &b, &bs, &pb, &pbs, stream), "a4w4_prepare_weight");
       o.b.reset();  // only the prepared copy is used
       o.bs.reset();
@@ -249,7 +249,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
     if (prepared) {
       b = a4w4_tensor_2d(o.pb->ptr, A4W4_DTYPE_E2M1, s.n, s.k, 0, gpu);
       bs = a4w4_tensor_2d(o.pbs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, 0, gpu);
-      b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V1;
+      b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V2;
     } else {
       b = a4w4_tensor_2d(o.b->ptr, A4W4_DTYPE_E2M1, s.n, s.k, s.k, gpu);
       bs = a4w4_tensor_2d(o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, gpu);

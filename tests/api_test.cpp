@@ -578,6 +578,12 @@ TEST_F(Api, PreparedWeightSizeAndPrepareRejectBadInputs) {
   EXPECT_EQ(w, 4u * 1024u);
   EXPECT_EQ(s, 4u * 64u);
   w = s = 77;
+  EXPECT_EQ(a4w4_prepared_weight_size(17, 160, A4W4_LAYOUT_PREPARED_V2, &w, &s), A4W4_SUCCESS);
+  EXPECT_EQ(w, 4u * 1024u);
+  EXPECT_EQ(s, 4u * 64u);
+  w = s = 77;
+  EXPECT_EQ(a4w4_prepared_weight_size(16, 128, static_cast<a4w4_layout>(3), &w, &s),
+            A4W4_ERROR_UNSUPPORTED_LAYOUT);
   EXPECT_EQ(a4w4_prepared_weight_size(16, 128, A4W4_LAYOUT_PLAIN, &w, &s),
             A4W4_ERROR_UNSUPPORTED_LAYOUT);
   EXPECT_EQ(a4w4_prepared_weight_size(16, 48, A4W4_LAYOUT_PREPARED_V1, &w, &s),

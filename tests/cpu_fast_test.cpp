@@ -136,6 +136,7 @@ struct GemmCase {
   float alpha = 1.0f, beta = 0.0f;
   int split_k = 0, threads = 0;
   bool prepared_b = false;
+  a4w4_layout prepared_layout = A4W4_LAYOUT_PREPARED_V2;
   uint64_t seed = 1;
 
   std::string describe() const {
@@ -147,7 +148,8 @@ struct GemmCase {
       << (with_c ? (c_is_d ? " C=D" : " C") : "") << " c_dtype " << a4w4_dtype_name(c_dtype)
       << (with_bias ? " bias " : "") << (with_bias ? a4w4_dtype_name(bias_dtype) : "") << " alpha "
       << alpha << " beta " << beta << " split_k " << split_k << " threads " << threads
-      << (prepared_b ? " prepared B" : "") << " seed " << seed;
+      << (prepared_b ? " prepared B, layout " + std::to_string(prepared_layout) : "") << " seed "
+      << seed;
     return s.str();
   }
 };
@@ -157,16 +159,15 @@ struct Prepared {
   a4w4_tensor values_desc{}, scales_desc{};
 };
 
-Prepared prepare(a4w4_context ctx, const Mx& b) {
+Prepared prepare(a4w4_context ctx, const Mx& b, a4w4_layout layout = A4W4_LAYOUT_PREPARED_V2) {
   Prepared p;
   size_t wb = 0, sb = 0;
-  EXPECT_EQ(a4w4_prepared_weight_size(b.rows, b.k, A4W4_LAYOUT_PREPARED_V1, &wb, &sb),
-            A4W4_SUCCESS);
+  EXPECT_EQ(a4w4_prepared_weight_size(b.rows, b.k, layout, &wb, &sb), A4W4_SUCCESS);
   p.values.assign(wb, kPoison);
   p.scales.assign(sb, kPoison);
   p.values_desc = a4w4_tensor_2d(p.values.data(), A4W4_DTYPE_E2M1, b.rows, b.k, 0, a4w4_cpu());
   p.scales_desc = a4w4_tensor_2d(p.scales.data(), A4W4_DTYPE_E8M0, b.rows, b.k / 32, 0, a4w4_cpu());
-  p.values_desc.layout = p.scales_desc.layout = A4W4_LAYOUT_PREPARED_V1;
+  p.values_desc.layout = p.scales_desc.layout = layout;
   const a4w4_tensor bd = b.values_desc(), bsd = b.scales_desc();
   EXPECT_EQ(a4w4_prepare_weight(ctx, &bd, &bsd, &p.values_desc, &p.scales_desc, nullptr),
             A4W4_SUCCESS)
@@ -199,7 +200,7 @@ GemmOperands make_operands(a4w4_context ctx, const GemmCase& c) {
     o.bias = float_buf(c.bias_dtype, c.n, 1, c.bias_stride);
     fill_random(rng, o.bias, false);
   }
-  if (c.prepared_b) o.prepared = prepare(ctx, o.b);
+  if (c.prepared_b) o.prepared = prepare(ctx, o.b, c.prepared_layout);
   return o;
 }
 
@@ -572,7 +573,10 @@ TEST_F(CpuFast, PreparedB) {
     c.with_bias = true;
     c.split_k = static_cast<int>(std::min<int64_t>(seed % 3, s.k / 32));
     c.seed = seed++;
-    expect_identical(ctx_, c);
+    for (a4w4_layout layout : {A4W4_LAYOUT_PREPARED_V1, A4W4_LAYOUT_PREPARED_V2}) {
+      c.prepared_layout = layout;
+      expect_identical(ctx_, c);
+    }
   }
 }
 

@@ -299,7 +299,7 @@ TEST(Chooser, TakesTheEntryTunedWithBsLayout) {
                              "cpu,8,1,64,256,cpu.reference,2,1,1,-,0,prepared\n",
                          "t.csv", kDevices);
   GemmProblem prepared = problem(1, 64, 256);
-  prepared.b.layout = A4W4_LAYOUT_PREPARED_V1;
+  prepared.b.layout = A4W4_LAYOUT_PREPARED_V2;
   EXPECT_EQ(choose(problem(1, 64, 256), &table).split_k, 1);
   const GemmChoice c = choose(prepared, &table);
   EXPECT_EQ(c.source, A4W4_CHOICE_TUNED);
@@ -370,7 +370,7 @@ TEST(Chooser, AnEntryThatDoesNotApplyIsWarnedOnceAndTheHeuristicServes) {
   const TunedTable table(kHeader + "cpu,8,4,64,256,cpu.gemv_avx512vnni,0,1,1\n", "t.csv", kDevices);
   EXPECT_TRUE(table.warnings().empty());
   GemmProblem prepared = problem(4, 64, 256);
-  prepared.b.layout = A4W4_LAYOUT_PREPARED_V1;  // the GEMV path takes plain B only
+  prepared.b.layout = A4W4_LAYOUT_PREPARED_V2;  // the GEMV path takes plain B only
   for (int i = 0; i < 3; ++i) {
     const GemmChoice c = choose(prepared, &table);
     EXPECT_EQ(c.source, A4W4_CHOICE_HEURISTIC);
@@ -439,7 +439,7 @@ TEST(Heuristic, RanksByTheSpeedOnBsLayout) {
   };
   GemmProblem p = problem(8, 8192, 8192, 0, a4w4_cuda(0));
   EXPECT_STREQ(a4w4::heuristic_choice(p, A4W4_BACKEND_CUDA, kLayouts, 132).kernel->name, "t.even");
-  p.b.layout = A4W4_LAYOUT_PREPARED_V1;
+  p.b.layout = A4W4_LAYOUT_PREPARED_V2;
   EXPECT_STREQ(a4w4::heuristic_choice(p, A4W4_BACKEND_CUDA, kLayouts, 132).kernel->name,
                "t.prepared_fast");
   // Without a prepared speed, a kernel's speed is the same on both.

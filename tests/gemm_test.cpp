@@ -38,7 +38,8 @@ struct GemmCase {
   int threads = 0;
   const char* kernel = nullptr;
   a4w4_math_mode math_mode = A4W4_MATH_EXACT;
-  bool prepared_b = false;  // B goes through a4w4_prepare_weight first
+  bool prepared_b = false;  // B goes through a4w4_prepare_weight first, into prepared_layout
+  a4w4_layout prepared_layout = A4W4_LAYOUT_PREPARED_V2;
   ScaleRange a_scales, b_scales;
   int c_min_exp = -6, c_max_exp = 6;  // magnitudes of C and bias values
   uint64_t seed = 1;
@@ -56,7 +57,7 @@ struct GemmCase {
       << a_scales.lo << "," << a_scales.hi << "] b[" << b_scales.lo << "," << b_scales.hi
       << "] seed=" << seed;
     if (kernel) s << " kernel='" << kernel << "'";
-    if (prepared_b) s << " B prepared";
+    if (prepared_b) s << " B prepared (layout " << prepared_layout << ")";
     return s.str();
   }
 };
@@ -73,11 +74,11 @@ struct PreparedWeight {
 
 // a4w4_prepare_weight of a plain operand into buffers of a4w4_prepared_weight_size bytes (checked
 // against the documented tiling) followed by poison that must survive.
-PreparedWeight prepare(a4w4_context ctx, const MxOperand& b) {
+PreparedWeight prepare(a4w4_context ctx, const MxOperand& b,
+                       a4w4_layout layout = A4W4_LAYOUT_PREPARED_V2) {
   PreparedWeight out;
   size_t weight_bytes = 0, scale_bytes = 0;
-  EXPECT_EQ(a4w4_prepared_weight_size(b.rows(), b.k(), A4W4_LAYOUT_PREPARED_V1, &weight_bytes,
-                                      &scale_bytes),
+  EXPECT_EQ(a4w4_prepared_weight_size(b.rows(), b.k(), layout, &weight_bytes, &scale_bytes),
             A4W4_SUCCESS)
       << a4w4_last_error_message();
   EXPECT_EQ(weight_bytes, static_cast<size_t>(tiles(b.rows(), b.k()) * 1024));
@@ -88,7 +89,7 @@ PreparedWeight prepare(a4w4_context ctx, const MxOperand& b) {
       a4w4_tensor_2d(out.values.data(), A4W4_DTYPE_E2M1, b.rows(), b.k(), 0, a4w4_cpu());
   out.scales_desc =
       a4w4_tensor_2d(out.scales.data(), A4W4_DTYPE_E8M0, b.rows(), b.k() / 32, 0, a4w4_cpu());
-  out.values_desc.layout = out.scales_desc.layout = A4W4_LAYOUT_PREPARED_V1;
+  out.values_desc.layout = out.scales_desc.layout = layout;
   const a4w4_tensor bd = b.values.desc(), bsd = b.scales.desc();
   EXPECT_EQ(a4w4_prepare_weight(ctx, &bd, &bsd, &out.values_desc, &out.scales_desc, nullptr),
             A4W4_SUCCESS)
@@ -152,7 +153,7 @@ GemmRun run_case(a4w4_context ctx, const GemmCase& c, const MxOperand* a_in = nu
   const a4w4_tensor cd = c.c_is_d ? d.desc() : c_tensor.desc(), biasd = bias.desc();
   PreparedWeight prepared;
   if (c.prepared_b) {
-    prepared = prepare(ctx, b);
+    prepared = prepare(ctx, b, c.prepared_layout);
     bd = prepared.values_desc;
     bsd = prepared.scales_desc;
   }
@@ -384,6 +385,7 @@ TEST_F(Gemm, RandomizedConfigurations) {
     c.split_k = static_cast<int>(pick(0, c.k / 32));
     c.threads = static_cast<int>(pick(0, 3));
     c.prepared_b = pick(0, 3) == 0;
+    c.prepared_layout = pick(0, 1) == 0 ? A4W4_LAYOUT_PREPARED_V1 : A4W4_LAYOUT_PREPARED_V2;
     const int lo = static_cast<int>(pick(100, 127));
     c.a_scales = {lo, lo + static_cast<int>(pick(0, 20)), pick(0, 4) == 0 ? 0.01 : 0.0};
     c.b_scales = {lo, lo + static_cast<int>(pick(0, 20)), 0.0};
@@ -592,6 +594,9 @@ TEST_F(Gemm, PreparedWeightsGiveThePlainResult) {
       c.k = sh.k;
       c.d_dtype = d_dtype;
       c.prepared_b = true;
+      // Both versions: bf16 D with version 1, f32 D with version 2.
+      c.prepared_layout =
+          d_dtype == A4W4_DTYPE_BF16 ? A4W4_LAYOUT_PREPARED_V1 : A4W4_LAYOUT_PREPARED_V2;
       c.b_pad = 4;  // the plain source is strided
       c.b_scale_pad = 2;
       c.with_bias = true;
@@ -622,6 +627,43 @@ TEST_F(Gemm, PreparedWeightIgnoresStridesAndMatchesAcrossThreads) {
               A4W4_SUCCESS)
         << a4w4_last_error_message();
     EXPECT_TRUE(check_gemm(ref, d, kDoubleAccumulation)) << threads << " threads";
+  }
+}
+
+TEST_F(Gemm, PreparedLayoutsHoldTheDocumentedBytes) {
+  // docs/weight-layout.md, written out here independently of src/numerics/weight_layout.h:
+  // tiles of 16 rows x 128 K, row-group major; version 1 puts element k of row n at lane
+  // (n % 8) * 4 + (k % 32) / 8, half (n % 16) / 8, word (k / 32) % 4, byte (k % 8) / 2; version 2
+  // at row (n % 16) * 64 + (k % 128) / 2. Scales: 64 bytes per tile, (n % 8) * 8 + (n % 16) / 8 * 4
+  // + block % 4. Padding is zero.
+  std::mt19937_64 rng(1200);
+  const int64_t n = 37, k = 160;  // 3 row groups, 2 K tiles (the second half padding)
+  const MxOperand b = random_mx(rng, n, k, {100, 150, 0.0});
+  const int64_t k_tiles = 2, groups = 3;
+  for (a4w4_layout layout : {A4W4_LAYOUT_PREPARED_V1, A4W4_LAYOUT_PREPARED_V2}) {
+    SCOPED_TRACE("layout " + std::to_string(layout));
+    const PreparedWeight p = prepare(ctx_, b, layout);
+    std::vector<uint8_t> codes(static_cast<size_t>(groups * k_tiles * 2048), 0);
+    std::vector<uint8_t> scales(static_cast<size_t>(groups * k_tiles * 64), 0);
+    for (int64_t row = 0; row < n; ++row) {
+      const int64_t g = row / 16, r = row % 16;
+      for (int64_t e = 0; e < k; ++e) {
+        const int64_t tile = g * k_tiles + e / 128;
+        const int64_t byte = layout == A4W4_LAYOUT_PREPARED_V2
+                                 ? tile * 1024 + r * 64 + (e % 128) / 2
+                                 : tile * 1024 + ((r % 8) * 4 + (e % 32) / 8) * 32 + (r / 8) * 16 +
+                                       ((e / 32) % 4) * 4 + (e % 8) / 2;
+        codes[static_cast<size_t>(2 * byte + e % 2)] = b.values.code(row, e);
+      }
+      for (int64_t blk = 0; blk < k / 32; ++blk)
+        scales[static_cast<size_t>((g * k_tiles + blk / 4) * 64 + (r % 8) * 8 + (r / 8) * 4 +
+                                   blk % 4)] = b.scales.byte(row, blk);
+    }
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const uint8_t got = p.values[i / 2];
+      ASSERT_EQ(i % 2 == 0 ? got & 0xF : got >> 4, codes[i]) << "element slot " << i;
+    }
+    for (size_t i = 0; i < scales.size(); ++i) ASSERT_EQ(p.scales[i], scales[i]) << "scale " << i;
   }
 }
 

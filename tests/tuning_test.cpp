@@ -264,12 +264,12 @@ TEST_F(Tuning, EntriesTunedWithBsLayoutServeThatLayout) {
   EXPECT_EQ(c.split_k, 2);
 
   size_t weight_bytes = 0, scale_bytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(N, K, A4W4_LAYOUT_PREPARED_V1, &weight_bytes, &scale_bytes),
+  ASSERT_EQ(a4w4_prepared_weight_size(N, K, A4W4_LAYOUT_PREPARED_V2, &weight_bytes, &scale_bytes),
             A4W4_SUCCESS);
   std::vector<uint8_t> weights(weight_bytes), scales(scale_bytes);
   a4w4_tensor pw = a4w4_tensor_2d(weights.data(), A4W4_DTYPE_E2M1, N, K, K, a4w4_cpu());
   a4w4_tensor ps = a4w4_tensor_2d(scales.data(), A4W4_DTYPE_E8M0, N, K / 32, K / 32, a4w4_cpu());
-  pw.layout = ps.layout = A4W4_LAYOUT_PREPARED_V1;
+  pw.layout = ps.layout = A4W4_LAYOUT_PREPARED_V2;
   const a4w4_tensor b = b_.values.desc(), bs = b_.scales.desc();
   ASSERT_EQ(a4w4_prepare_weight(ctx_, &b, &bs, &pw, &ps, nullptr), A4W4_SUCCESS)
       << a4w4_last_error_message();

@@ -83,13 +83,13 @@ void print_problem(const KernelsSettings& s, const std::vector<KernelInfo>& kern
   a4w4_tensor tbs = mx_scales_tensor(b, memory->upload(b.scales), device);
   if (prepared) {
     size_t wb = 0, sb = 0;
-    check(a4w4_prepared_weight_size(s.n, s.k, A4W4_LAYOUT_PREPARED_V1, &wb, &sb), "--weights");
+    check(a4w4_prepared_weight_size(s.n, s.k, A4W4_LAYOUT_PREPARED_V2, &wb, &sb), "--weights");
     pw.resize(wb);
     ps.resize(sb);
     a4w4_tensor pb = a4w4_tensor_2d(memory->output(pw), A4W4_DTYPE_E2M1, s.n, s.k, s.k, device);
     a4w4_tensor pbs =
         a4w4_tensor_2d(memory->output(ps), A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, device);
-    pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V1;
+    pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V2;
     check(a4w4_prepare_weight(context.get(), &tb, &tbs, &pb, &pbs, memory->stream()),
           "a4w4_prepare_weight");
     memory->synchronize();

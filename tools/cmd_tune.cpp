@@ -223,7 +223,7 @@ class ShapeRun {
     set.bs = mx_scales_tensor(b_, memory_.upload(b_.scales), device);
     if (settings_.weights == "prepared") {
       size_t weight_bytes = 0, scale_bytes = 0;
-      check(a4w4_prepared_weight_size(b_.rows, b_.k, A4W4_LAYOUT_PREPARED_V1, &weight_bytes,
+      check(a4w4_prepared_weight_size(b_.rows, b_.k, A4W4_LAYOUT_PREPARED_V2, &weight_bytes,
                                       &scale_bytes),
             "a4w4_prepared_weight_size");
       set.prepared.resize(weight_bytes);
@@ -232,7 +232,7 @@ class ShapeRun {
                                       b_.k, device);
       a4w4_tensor pbs = a4w4_tensor_2d(memory_.output(set.prepared_scale), A4W4_DTYPE_E8M0, b_.rows,
                                        b_.k / 32, b_.k / 32, device);
-      pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V1;
+      pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V2;
       check(a4w4_prepare_weight(context_.get(), &set.b, &set.bs, &pb, &pbs, memory_.stream()),
             "a4w4_prepare_weight");
       memory_.synchronize();

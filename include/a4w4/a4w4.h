@@ -146,7 +146,12 @@ typedef A4W4_ENUM(a4w4_layout) {
      a4w4_prepare_weight, version 1: tiles of 16 rows x 128 K laid out in the order the CUDA decode
      kernels load them (docs/weight-layout.md). Shape stays the logical [N, K] / [N, K/32]; strides
      are ignored; the buffer sizes come from a4w4_prepared_weight_size. */
-  A4W4_LAYOUT_PREPARED_V1 = 1
+  A4W4_LAYOUT_PREPARED_V1 = 1,
+  /* Version 2: the same tiles and scales, each tile holding its 16 rows' 64 bytes row after row.
+     The layout every CUDA kernel reads fastest; prefer it for new code. Version 1 stays readable
+     by every backend (the CUDA fast kernels read version 2 only: a version-1 B runs on
+     cuda.generic). */
+  A4W4_LAYOUT_PREPARED_V2 = 2
 } a4w4_layout;
 
 #define A4W4_MAX_RANK 8
@@ -357,9 +362,10 @@ A4W4_API a4w4_status a4w4_prepared_weight_size(int64_t n, int64_t k, a4w4_layout
                                                size_t* weight_bytes, size_t* scale_bytes);
 
 /* Rearranges a plain weight b [N, K] E2M1 and its scales b_scale [N, K/32] E8M0 into prepared
-   (layout A4W4_LAYOUT_PREPARED_V1, shape [N, K]) and prepared_scale (same layout, shape
-   [N, K/32]), whose buffers hold at least a4w4_prepared_weight_size bytes. Prepare once at load
-   time; a4w4_gemm then takes (prepared, prepared_scale) as B. Padding is written too. */
+   (shape [N, K]) and prepared_scale (shape [N, K/32]), both in the prepared layout their
+   descriptors name (A4W4_LAYOUT_PREPARED_V2, or _V1), whose buffers hold at least
+   a4w4_prepared_weight_size bytes. Prepare once at load time; a4w4_gemm then takes
+   (prepared, prepared_scale) as B. Padding is written too. */
 A4W4_API a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
                                          const a4w4_tensor* b_scale, const a4w4_tensor* prepared,
                                          const a4w4_tensor* prepared_scale, void* stream);

@@ -119,7 +119,7 @@ class KernelInfo(NamedTuple):
 
 
 class PreparedWeight:
-    """A GEMM weight B rearranged by :func:`prepare_weight` (layout PREPARED_V1): pass it as
+    """A GEMM weight B rearranged by :func:`prepare_weight` (layout PREPARED_V2): pass it as
     ``b`` to :func:`gemm` (with ``b_scale=None``). ``weight`` and ``scales`` are flat uint8 arrays
     in the framework and on the device of the plain weight; ``shape`` is the logical [N, K]."""
 
@@ -407,7 +407,7 @@ def prepare_weight(
     b: Any, b_scale: Any, *, context: Context | None = None, stream: int | None = None
 ) -> PreparedWeight:
     """Rearranges a plain weight b [N, K/2] (packed E2M1) and b_scale [N, K/32] into the
-    layout the GEMM kernels load fastest (PREPARED_V1, docs/weight-layout.md). Prepare once at
+    layout the GEMM kernels load fastest (PREPARED_V2, docs/weight-layout.md). Prepare once at
     load time, then pass the result as ``b`` to :func:`gemm`."""
     ad = _fw.adapter_for(b)
     n, k = _fp4_rows_k(b, "b")

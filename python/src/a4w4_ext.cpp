@@ -171,7 +171,7 @@ a4w4_tensor describe_prepared(const InArray& arr, const char* name, a4w4_dtype d
                  std::string(name) + ": a prepared buffer must be contiguous");
   a4w4_tensor t =
       a4w4_tensor_2d(const_cast<void*>(arr.data()), dtype, rows, cols, cols, device_of(arr, name));
-  t.layout = A4W4_LAYOUT_PREPARED_V1;
+  t.layout = A4W4_LAYOUT_PREPARED_V2;
   return t;
 }
 
@@ -294,7 +294,7 @@ void dequantize(const Context& ctx, const InArray& q, const InArray& scale, cons
 std::pair<size_t, size_t> prepared_weight_size(int64_t n, int64_t k) {
   size_t w = 0;
   size_t s = 0;
-  check(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &w, &s));
+  check(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &w, &s));
   return {w, s};
 }
 

@@ -319,8 +319,9 @@ a4w4_status a4w4_prepared_weight_size(int64_t n, int64_t k, a4w4_layout layout,
   return guarded(__func__, [&] {
     if (weight_bytes == nullptr || scale_bytes == nullptr)
       fail(A4W4_ERROR_INVALID_ARGUMENT, "weight_bytes and scale_bytes must not be NULL");
-    if (layout != A4W4_LAYOUT_PREPARED_V1)
-      fail(A4W4_ERROR_UNSUPPORTED_LAYOUT, "layout: expected A4W4_LAYOUT_PREPARED_V1, got {}",
+    if (layout != A4W4_LAYOUT_PREPARED_V1 && layout != A4W4_LAYOUT_PREPARED_V2)
+      fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
+           "layout: expected A4W4_LAYOUT_PREPARED_V2 or A4W4_LAYOUT_PREPARED_V1, got {}",
            static_cast<int>(layout));
     if (n < 1 || k < 1 || n > (int64_t{1} << 40) || k > (int64_t{1} << 40))
       fail(A4W4_ERROR_INVALID_ARGUMENT, "n and k must be in [1, 2^40], got n={} k={}", n, k);
@@ -340,9 +341,10 @@ a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
     const auto [bv, bsv] = check_packed(b, "b", b_scale, "b_scale");
     auto [pv, psv] = check_packed(prepared, "prepared", prepared_scale, "prepared_scale",
                                   /*allow_prepared=*/true);
-    if (pv.layout != A4W4_LAYOUT_PREPARED_V1)
+    if (pv.layout == A4W4_LAYOUT_PLAIN)
       fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
-           "prepared: expected layout A4W4_LAYOUT_PREPARED_V1, got plain");
+           "prepared: expected layout A4W4_LAYOUT_PREPARED_V2 or A4W4_LAYOUT_PREPARED_V1, got "
+           "plain");
     expect_shape(pv, bv.rows, bv.cols, "the shape of b");
     const MatrixView* views[] = {&bv, &bsv, &pv, &psv};
     const a4w4_device device = common_device(views);
@@ -358,6 +360,7 @@ a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
                                        packed(bv, bsv),
                                        static_cast<uint8_t*>(pv.data),
                                        static_cast<uint8_t*>(psv.data),
+                                       pv.layout,
                                        device,
                                        stream};
     if (backend == A4W4_BACKEND_CPU) {

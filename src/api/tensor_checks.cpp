@@ -39,7 +39,8 @@ void check_descriptor(const a4w4_tensor* t, const char* name,
   if (t->device.ordinal < 0 || (t->device.type == A4W4_DEVICE_CPU && t->device.ordinal != 0))
     fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: device ordinal {} is not valid for a {} tensor", name,
          t->device.ordinal, t->device.type == A4W4_DEVICE_CPU ? "CPU" : "CUDA");
-  if (t->layout != A4W4_LAYOUT_PLAIN && t->layout != A4W4_LAYOUT_PREPARED_V1)
+  if (t->layout != A4W4_LAYOUT_PLAIN && t->layout != A4W4_LAYOUT_PREPARED_V1 &&
+      t->layout != A4W4_LAYOUT_PREPARED_V2)
     fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: layout {} is not an a4w4_layout value", name,
          static_cast<int>(t->layout));
   if (t->layout != A4W4_LAYOUT_PLAIN && !allow_prepared)

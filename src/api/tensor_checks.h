@@ -32,7 +32,7 @@ struct MatrixView {
 MatrixView check_matrix(const a4w4_tensor* tensor, const char* name,
                         std::initializer_list<a4w4_dtype> dtypes);
 
-// Like check_matrix, but also accepts A4W4_LAYOUT_PREPARED_V1 (strides ignored). The caller checks
+// Like check_matrix, but also accepts a prepared layout (strides ignored). The caller checks
 // the shape; prepared_bytes is filled once the logical [rows, cols] are known.
 MatrixView check_weight_matrix(const a4w4_tensor* tensor, const char* name, a4w4_dtype dtype);
 

@@ -10,7 +10,7 @@
 namespace a4w4 {
 
 // Packed E2M1 rows and E8M0 scale rows: strides are in bytes. A prepared operand (layout
-// A4W4_LAYOUT_PREPARED_V1, numerics/weight_layout.h) ignores the strides.
+// A4W4_LAYOUT_PREPARED_V1 or _V2, numerics/weight_layout.h) ignores the strides.
 struct PackedOperand {
   const uint8_t* data;
   int64_t stride_bytes;  // between rows of packed E2M1 (two elements per byte)
@@ -66,12 +66,13 @@ struct DequantizeProblem {
   void* stream;
 };
 
-// b [n, k] plain -> the prepared layout (numerics/weight_layout.h), padding zeroed.
+// b [n, k] plain -> a prepared layout (numerics/weight_layout.h), padding zeroed.
 struct PrepareWeightProblem {
   int64_t n, k;
   PackedOperand b;
   uint8_t* prepared;
   uint8_t* prepared_scale;
+  a4w4_layout layout;  // of prepared and prepared_scale: A4W4_LAYOUT_PREPARED_V1 or _V2
   a4w4_device device;
   void* stream;
 };

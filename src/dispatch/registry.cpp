@@ -38,12 +38,15 @@ constexpr std::array kGemmKernels = {
 #if A4W4_WITH_CUDA
     // M <= 4: sizes its own grid (cluster over K chunks, column tiles to fill the
     // SMs), so no tile_n; tile_m 4 makes its fill M / 4 against cuda.decode's M / 8. The speeds on
-    // a plain and a prepared B (here and below) follow the H200's ratios (bench/RESULTS.md): gemv
-    // 1.2-1.4x faster on a plain B (1.45x before its prepared loads became one per column),
-    // decode 1.45x faster on a prepared one, skinny 1.0-1.1x.
+    // a plain and a prepared (version 2) B (here and below) follow the H200's ratios
+    // (bench/RESULTS.md): gemv 6% faster on a plain B at M = 1, 1-2% slower at M = 2..4 (1.2-1.4x
+    // faster on a plain B than on a version-1 one), decode 1.4x faster on a prepared one at
+    // M <= 8, skinny 1.1x.
     GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 1, false, false,
-               1, 4, 16.0, "sm_90; plain B with 16-byte aligned rows, or a prepared B",
-               cuda::gemm_gemv_why_not, cuda::gemm_gemv, 12.0},
+               1, 4, 16.0,
+               "sm_90; plain B with 16-byte aligned rows, or a prepared B of version 2 (16-byte "
+               "aligned)",
+               cuda::gemm_gemv_why_not, cuda::gemm_gemv, 15.5},
     // M padded to 8, 16, 32, 64 or 128 activation rows (M > 128 in token tiles of 128, each
     // converting the weights again); 64-column tiles; its own split of K over a cluster
     // (auto_split_k). tile_m 16 halves its fill at M <= 8, where it still ranks above cuda.decode
@@ -51,30 +54,30 @@ constexpr std::array kGemmKernels = {
     // faster than cuda.decode on a prepared B (without a workspace about 10% slower). From M = 65
     // (with a workspace only) it competes with the int8 family (min_m 65): on the H200 1.4-2.0x
     // faster than cuda.int8_128x128 at M = 96..128, 0.9-1.2x at 192..256, slower from 384
-    // (bench/RESULTS.md). Speed 26 (29.9 on a prepared B) ranks it first up to M = 256 (the
+    // (bench/RESULTS.md). Speed 26 (28.6 on a prepared B) ranks it first up to M = 256 (the
     // int8 family scores at most 26 there); max_m 256. It stays below cuda.gemv at M <= 4 and
     // above cuda.decode at 5..64 as before.
     GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
                true, 1, 256, 26.0,
-               "sm_90a; plain B with 16-byte aligned rows or a prepared B (16-byte aligned, "
-               "scales 8-byte aligned); any K % 32 == 0",
-               cuda::gemm_skinny_why_not, cuda::gemm_skinny, 29.9},
+               "sm_90a; plain B with 16-byte aligned rows or a prepared B of version 2 (16-byte "
+               "aligned, scales 8-byte aligned); any K % 32 == 0",
+               cuda::gemm_skinny_why_not, cuda::gemm_skinny, 28.6},
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
                1, 64, 2.8,
-               "sm_90; prepared B 16-byte aligned, or plain B with 16-byte aligned rows, "
-               "K % 128 == 0 and 4-byte aligned scale rows",
+               "sm_90; prepared B of version 2 (16-byte aligned), or plain B with 16-byte "
+               "aligned rows, K % 128 == 0 and 4-byte aligned scale rows",
                cuda::gemm_decode_why_not, cuda::gemm_decode, 4.0},
     // Wide tiles convert fewer A rows per MMA (faster when the tiles fill the GPU); narrow ones
     // leave fewer SMs idle on small problems. The heuristic weighs speed by tile fill and waves.
     GemmKernel{"cuda.bf16_128x256", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 256, 64, 1,
                false, false, 65, 0, 16.0,
                "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
-               "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
+               "(version 2) with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x256},
     GemmKernel{"cuda.bf16_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_BF16, 128, 128, 64, 1,
                false, false, 65, 0, 14.0,
                "sm_90a; plain A with 16-byte aligned rows (TMA); B plain the same way, or prepared "
-               "with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
+               "(version 2) with 16-byte aligned data and scales; K % 64 == 0; M, N, K < 2^31",
                cuda::gemm_bf16_why_not, cuda::gemm_bf16_128x128},
     // The int8 wgmma family (exact: folded int8 tile sums, fp32 promotion per 1024-K chunk or per
     // 128-K tile) stages A and B as folded int8 in the context's workspace, so it applies only
@@ -87,7 +90,7 @@ constexpr std::array kGemmKernels = {
     GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
                false, false, 65, 0, 26.0,
                "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
-               "(data 16-byte, scales 4-byte aligned); a context workspace of "
+               "(version 2; data 16-byte, scales 4-byte aligned); a context workspace of "
                "a4w4_gemm_workspace_size bytes; K % 32 == 0; M, N, K < 2^31",
                cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},
     // The same exact int8 path staging only A (and B's scales): two more warpgroups convert B's

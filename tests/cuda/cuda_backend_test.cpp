@@ -90,6 +90,8 @@ class CudaBackend : public ::testing::Test {
   // SkinnyMatchesTheReference's cases, run with the context's current workspace (or none: then
   // M <= 64 only, the larger token tiles needing one).
   void run_skinny_cases(bool workspace);
+  // PreparedWeightMatchesTheCpuLayout for one layout version.
+  void expect_prepared_weight_matches_the_cpu(a4w4_layout layout);
   a4w4_context ctx_ = nullptr;
   std::mt19937_64 rng_{20261129};
 };
@@ -222,15 +224,16 @@ struct GemmCase {
   const char* kernel;  // nullptr: dispatch
   int64_t pad;         // extra elements per row of every operand (strided operands)
   int64_t a_pad = 0;   // more extra elements per row of A alone (2: A rows off 16-byte alignment)
+  a4w4_layout prepared_layout = A4W4_LAYOUT_PREPARED_V2;  // with `prepared`
 };
 
 std::string describe(const GemmCase& c) {
   return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
          " out=" + a4w4_dtype_name(c.out) + " C=" + std::to_string(c.with_c) +
          " bias=" + std::to_string(c.with_bias) + " scales=" + std::to_string(c.scales) +
-         " prepared=" + std::to_string(c.prepared) + " split=" + std::to_string(c.split_k) +
-         " kernel=" + (c.kernel ? c.kernel : "auto") + " pad=" + std::to_string(c.pad) +
-         " a_pad=" + std::to_string(c.a_pad);
+         " prepared=" + (c.prepared ? std::to_string(c.prepared_layout) : std::string("0")) +
+         " split=" + std::to_string(c.split_k) + " kernel=" + (c.kernel ? c.kernel : "auto") +
+         " pad=" + std::to_string(c.pad) + " a_pad=" + std::to_string(c.a_pad);
 }
 
 // A packed operand copied to GPU 0, with its values' and its scales' tensors.
@@ -345,13 +348,12 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   td = tensor(gd.get(), c.out, c.m, c.n, d_stride, gpu);
 
   size_t wbytes = 0, sbytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(c.n, c.k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
-            A4W4_SUCCESS);
+  ASSERT_EQ(a4w4_prepared_weight_size(c.n, c.k, c.prepared_layout, &wbytes, &sbytes), A4W4_SUCCESS);
   DeviceBuffer gpw(wbytes), gps(sbytes);
   if (c.prepared) {
     a4w4_tensor pw = tensor(gpw.get(), A4W4_DTYPE_E2M1, c.n, c.k, 0, gpu);
     a4w4_tensor ps = tensor(gps.get(), A4W4_DTYPE_E8M0, c.n, c.k / 32, 0, gpu);
-    pw.layout = ps.layout = A4W4_LAYOUT_PREPARED_V1;
+    pw.layout = ps.layout = c.prepared_layout;
     ASSERT_EQ(a4w4_prepare_weight(ctx, &tb, &tbs, &pw, &ps, nullptr), A4W4_SUCCESS)
         << a4w4_last_error_message();
     tb = pw, tbs = ps;
@@ -898,13 +900,13 @@ TEST_F(CudaBackend, StagingKernelsNeedTheContextsWorkspace) {
 }
 
 TEST_F(CudaBackend, Bf16FamilyTakesAPreparedB) {
-  // B in A4W4_LAYOUT_PREPARED_V1 (prepared on the GPU by run_case), both tile widths: N not a
+  // B in A4W4_LAYOUT_PREPARED_V2 (prepared on the GPU by run_case), both tile widths: N not a
   // multiple of 16 or of the tile (zero rows of the last 16-row group, then TMA's zero fill), K not
   // a multiple of 128 (the last K tile's padding blocks are neither scanned nor converted; K = 64
   // is one step of one K tile), foldable and exact tiles mixed, every output dtype, NaN scales
   // (run_case puts a few in), a padded A beside a prepared B, persistent loops (135 tiles of 128 x
   // 256 for 1920 x 2056, 144 of 128 x 128 for 1000 x 2300) and long K (many turns of the 2-deep
-  // ring of K tiles).
+  // ring of K steps).
   for (const char* kernel : {"cuda.bf16_128x256", "cuda.bf16_128x128"}) {
     const GemmCase cases[] = {
         // Smallest first (one K tile, one or two row groups), so a failure names the simplest case.
@@ -933,14 +935,14 @@ TEST_F(CudaBackend, DispatcherSendsAPreparedBAtLargeMToTheBf16Family) {
   const a4w4_device gpu = a4w4_cuda(0);
   const int64_t m = 256, n = 512, k = 1024;
   size_t wbytes = 0, sbytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &wbytes, &sbytes),
             A4W4_SUCCESS);
   DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes), ps(sbytes), d(m * n * 4);
   a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
   a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
   a4w4_tensor tb = tensor(pw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
   a4w4_tensor tbs = tensor(ps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
-  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V1;
+  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V2;
   a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);
@@ -958,7 +960,7 @@ TEST_F(CudaBackend, Bf16FamilyRefusesAMisalignedPreparedB) {
   const a4w4_device gpu = a4w4_cuda(0);
   const int64_t m = 100, n = 64, k = 256;
   size_t wbytes = 0, sbytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &wbytes, &sbytes),
             A4W4_SUCCESS);
   DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes + 16), ps(sbytes + 16), d(m * n * 4);
   ASSERT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
@@ -969,7 +971,7 @@ TEST_F(CudaBackend, Bf16FamilyRefusesAMisalignedPreparedB) {
   a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
   a4w4_tensor tb = tensor(static_cast<uint8_t*>(pw.get()) + 4, A4W4_DTYPE_E2M1, n, k, 0, gpu);
   a4w4_tensor tbs = tensor(static_cast<uint8_t*>(ps.get()) + 4, A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
-  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V1;
+  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V2;
   a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);
@@ -1163,18 +1165,25 @@ TEST_F(CudaBackend, QuantizeIsBitIdenticalToTheReference) {
 }
 
 TEST_F(CudaBackend, PreparedWeightMatchesTheCpuLayout) {
+  for (a4w4_layout layout : {A4W4_LAYOUT_PREPARED_V2, A4W4_LAYOUT_PREPARED_V2}) {
+    SCOPED_TRACE("layout " + std::to_string(layout));
+    expect_prepared_weight_matches_the_cpu(layout);
+    if (HasFailure()) return;
+  }
+}
+
+void CudaBackend::expect_prepared_weight_matches_the_cpu(a4w4_layout layout) {
   const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
   const int64_t n = 77, k = 416;  // neither a multiple of the 16 x 128 tile
   const Packed b = random_packed(rng_, n, k, 0, true, 0.01);
   size_t wbytes = 0, sbytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
-            A4W4_SUCCESS);
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, layout, &wbytes, &sbytes), A4W4_SUCCESS);
   std::vector<uint8_t> pw(wbytes, 0x5A), ps(sbytes, 0x5A);
   a4w4_tensor tb = tensor((void*)b.data.data(), A4W4_DTYPE_E2M1, n, k, k, cpu);
   a4w4_tensor tbs = tensor((void*)b.scales.data(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, cpu);
   a4w4_tensor tpw = tensor(pw.data(), A4W4_DTYPE_E2M1, n, k, 0, cpu);
   a4w4_tensor tps = tensor(ps.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, cpu);
-  tpw.layout = tps.layout = A4W4_LAYOUT_PREPARED_V1;
+  tpw.layout = tps.layout = layout;
   ASSERT_EQ(a4w4_prepare_weight(ctx_, &tb, &tbs, &tpw, &tps, nullptr), A4W4_SUCCESS);
 
   DeviceBuffer gb(b.data.size()), gbs(b.scales.size()), gpw(wbytes), gps(sbytes);
@@ -1184,17 +1193,56 @@ TEST_F(CudaBackend, PreparedWeightMatchesTheCpuLayout) {
   tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
   tpw = tensor(gpw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
   tps = tensor(gps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
-  tpw.layout = tps.layout = A4W4_LAYOUT_PREPARED_V1;
+  tpw.layout = tps.layout = layout;
   ASSERT_EQ(a4w4_prepare_weight(ctx_, &tb, &tbs, &tpw, &tps, nullptr), A4W4_SUCCESS)
       << a4w4_last_error_message();
   EXPECT_EQ(gpw.download<uint8_t>(wbytes), pw);
   EXPECT_EQ(gps.download<uint8_t>(sbytes), ps);
 
   // A plain tensor passed where a prepared one is expected (or mixed) is refused.
-  tbs.layout = A4W4_LAYOUT_PREPARED_V1;
+  tbs.layout = layout;
   a4w4_tensor td = tensor(gpw.get(), A4W4_DTYPE_F32, 1, n, n, gpu);
   EXPECT_EQ(a4w4_gemm(ctx_, &tb, &tbs, &tb, &tbs, nullptr, nullptr, &td, nullptr, nullptr),
             A4W4_ERROR_UNSUPPORTED_LAYOUT);
+}
+
+TEST_F(CudaBackend, AVersion1PreparedBRunsOnTheGenericKernel) {
+  // The fast kernels read version 2 only: a version-1 B is refused by name with the reason, and
+  // the dispatcher runs cuda.generic on it (checked against the reference by run_case).
+  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{100}}) {
+    GemmCase c{m, 70, 416, A4W4_DTYPE_F32, true, true, kTileLocalScales, true, 0, nullptr, 0};
+    c.prepared_layout = A4W4_LAYOUT_PREPARED_V1;
+    run_case(ctx_, rng_, c);
+    if (HasFatalFailure()) return;
+  }
+  // Each fast kernel at an M it takes.
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t n = 64, k = 256;
+  size_t wbytes = 0, sbytes = 0;
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
+            A4W4_SUCCESS);
+  const std::pair<const char*, int64_t> kernels[] = {{"cuda.gemv", 1},
+                                                     {"cuda.skinny", 8},
+                                                     {"cuda.decode", 8},
+                                                     {"cuda.bf16_128x128", 100},
+                                                     {"cuda.int8_128x128", 100}};
+  for (const auto& [kernel, m] : kernels) {
+    DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes), ps(sbytes), d(m * n * 4);
+    a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+    a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+    a4w4_tensor tb = tensor(pw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
+    a4w4_tensor tbs = tensor(ps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
+    tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V1;
+    a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+    a4w4_gemm_options options;
+    a4w4_gemm_options_init(&options);
+    options.kernel = kernel;
+    EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+              A4W4_ERROR_KERNEL_NOT_APPLICABLE)
+        << kernel;
+    EXPECT_NE(std::string(a4w4_last_error_message()).find("version 1"), std::string::npos)
+        << kernel << ": " << a4w4_last_error_message();
+  }
 }
 
 TEST_F(CudaBackend, StreamsAndGraphCapture) {

@@ -19,7 +19,7 @@ PlainRow plain_row(const PackedOperand& op, int64_t row, int64_t blocks,
   uint8_t* bytes = scratch.data();
   uint8_t* scales = bytes + k / 2;
   for (int64_t i = 0; i < k; i += 2)
-    bytes[i / 2] = op.data[layout::prepared_weight_offset(row, i, k_tiles)];
+    bytes[i / 2] = op.data[layout::prepared_weight_offset(op.layout, row, i, k_tiles)];
   for (int64_t b = 0; b < blocks; ++b)
     scales[b] = op.scale[layout::prepared_scale_offset(row, b, k_tiles)];
   return {bytes, scales, 1};

@@ -38,7 +38,7 @@ void unpack_row(const PackedOperand& op, int64_t row, int64_t cols, uint8_t* cod
   }
   const int64_t k_tiles = layout::k_tiles(cols);
   for (int64_t i = 0; i < cols; i += 2) {
-    const uint8_t byte = op.data[layout::prepared_weight_offset(row, i, k_tiles)];
+    const uint8_t byte = op.data[layout::prepared_weight_offset(op.layout, row, i, k_tiles)];
     codes[i] = byte & 0xF;
     codes[i + 1] = byte >> 4;
   }
@@ -72,7 +72,7 @@ void prepare_weight(const PrepareWeightProblem& p, const ExecConfig& exec) {
   for (int64_t n = 0; n < p.n; ++n) {
     const uint8_t* row = p.b.data + n * p.b.stride_bytes;
     for (int64_t i = 0; i < p.k; i += 2)
-      p.prepared[layout::prepared_weight_offset(n, i, k_tiles)] = row[i / 2];
+      p.prepared[layout::prepared_weight_offset(p.layout, n, i, k_tiles)] = row[i / 2];
     for (int64_t b = 0; b < blocks; ++b)
       p.prepared_scale[layout::prepared_scale_offset(n, b, k_tiles)] =
           p.b.scale[n * p.b.scale_stride + b];

@@ -10,8 +10,8 @@
 //   bf16 stages for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile
 //   against 2M MACs, about 70 integer instructions per 32-value block), so it overlaps the MMAs.
 //   The scale bytes (one per row and block) are read with plain loads ahead of use: TMA boxes need
-//   16-byte rows, which short K would not give. A prepared B (A4W4_LAYOUT_PREPARED_V1) comes in
-//   whole 128-K tiles instead, one raw stage per two K steps (convert_prepared).
+//   16-byte rows, which short K would not give. A prepared B (A4W4_LAYOUT_PREPARED_V2) comes in
+//   the same raw stages through a 4D tensor map over its tiles, its scales from the tiles' words.
 // - two consumer warpgroups (64 rows of the tile each) convert their own A rows of each step (one
 //   block per thread, from a raw ring of their own that their thread 0 fills by TMA) into the A
 //   part of the bf16 stage, then issue wgmma m64nNk16 on it, keep one step of MMAs in flight, and
@@ -39,7 +39,6 @@
 #include <string>
 
 #include "api/error.h"
-#include "backends/cuda/bf16_prepared_map.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -109,10 +108,6 @@ struct Layout {
   static constexpr int kRows = kTileM + kTileN;    // A rows, then B rows, in every stage
   static constexpr int kStageBytes = kRows * 128;  // 64 bf16 per row, swizzled
   static constexpr int kRawBytes = kTileN * 32;    // B's raw stage: 64 E2M1 per row
-  // A prepared B's raw stage: one 128-K tile of the prepared layout (16-row groups of 1024 bytes)
-  // for two K steps; its ring takes the plain ring's bytes (2 stages: the same 4 steps ahead).
-  static constexpr int kPreparedRawBytes = kTileN * 64;
-  static constexpr int kPreparedRawStages = kRawStages * kRawBytes / kPreparedRawBytes;
   static constexpr int kRawABytes = 64 * 32;             // a consumer warpgroup's A rows
   static constexpr int kStages = kTileN == 256 ? 3 : 4;  // 48 or 32 KB each
   static constexpr int kRawOffset = kStages * kStageBytes;
@@ -131,7 +126,6 @@ struct Layout {
   static constexpr int kAcc = kTileN / 2;  // fp32 accumulators per thread
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kTileN % kWarpgroup == 0);
   static_assert(kStages <= kMaxStages);
-  static_assert(kPreparedRawStages >= 2 && kPreparedRawStages <= kRawStages);
 };
 
 // bf16 bit patterns of the E2M1 magnitudes 0.5, 1, ..., 6 at block exponent e (relative to the
@@ -250,118 +244,34 @@ __device__ __forceinline__ uint32_t max_byte(uint32_t x) {
   return max(max(x & 0xFFu, (x >> 8) & 0xFFu), max((x >> 16) & 0xFFu, x >> 24));
 }
 
-// A prepared B's steps of the tile at n0 (foldable; B's tables built), by the 128 converter
-// threads. A raw stage holds one 128-K tile of the prepared layout for the tile's kTileN rows
-// (16-row groups of 1024 bytes). A K step of 64 uses blocks 0, 1 or 2, 3: words 0, 1 or 2, 3 of
-// every 16 bytes, which lie in half of the shared-memory banks; so each thread reads its rows'
-// whole 128-K tile once (four 16-byte loads per row), converts words 0, 1 into the first step's
-// stage and keeps words 2, 3 in registers for the second, and the raw slot goes back after one
-// step. Which rows and pieces a thread takes, and why its loads and stores are free of bank
-// conflicts: bf16_prepared_map.h. Each piece is written to its natural place (bytes 16 p of its
-// block's 64), so A (plain) and B meet in the same element order.
-template <int kTileN, typename Issue>
-__device__ __forceinline__ void convert_prepared(const GemmProblem& p, int64_t n0, int centre_b,
-                                                 const uint4* b_tables, Issue& issue, uint8_t* smem,
-                                                 Control& ctl, uint32_t& raw_use,
-                                                 uint32_t& stage_use) {
-  using L = Layout<kTileN>;
-  constexpr int kRing = L::kPreparedRawStages, kRows = kTileN / kWarpgroup;
-  const int c = threadIdx.x;
-  const int steps = static_cast<int>(p.k / kStepK);
-  const int k_tiles = static_cast<int>(layout::k_tiles(p.k));
-  // Per row: the offsets of load q (^ (q << 5)) and of its stores (^ ((4 half ^ q) << 4)), and
-  // its 4 scale bytes of K tile 0 (nullptr past N).
-  uint32_t load_offset[kRows], store_offset[kRows];
-  const uint8_t* scale_rows[kRows];
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const bf16_prepared::RowMap map = bf16_prepared::row_map(c, i, kTileM);
-    load_offset[i] = map.load_offset;
-    store_offset[i] = map.store_offset;
-    const int64_t row = n0 + map.row;
-    scale_rows[i] =
-        row < p.n ? p.b.scale + layout::prepared_scale_offset(row, 0, k_tiles) : nullptr;
-  }
-  // The 4 scale bytes (blocks j = 0..3) of K tile t of each row; e = 0 on rows past N.
-  auto load_scales = [&](int t, uint32_t(&out)[kRows]) {
-#pragma unroll
-    for (int i = 0; i < kRows; ++i)
-      out[i] = scale_rows[i] != nullptr
-                   ? __ldg(reinterpret_cast<const uint32_t*>(scale_rows[i] + 64 * int64_t{t}))
-                   : static_cast<uint32_t>(centre_b) * 0x01010101u;
-  };
-  // One K step (blocks 2 pair and 2 pair + 1 of the K tile) into the next bf16 stage.
-  auto convert_step = [&](const uint4(&codes)[kRows][4], const uint32_t(&scales)[kRows], int pair) {
-    const uint32_t stage_slot = stage_use % L::kStages;
-    pipeline::wait(&ctl.empty[stage_slot], ((stage_use / L::kStages) & 1) ^ 1);
-    uint8_t* stage = smem + stage_slot * L::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < kRows; ++i)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * pair + half;
-        const uint4 table = b_tables[(scales[i] >> (8 * j)) & 0xFFu];
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          *reinterpret_cast<uint4*>(stage + (store_offset[i] ^ ((4 * half ^ q) << 4))) =
-              to_bf16x8(word_of(codes[i][q], j), table);
-      }
-    wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
-    pipeline::arrive(&ctl.full[stage_slot]);
-    ++stage_use;
-  };
-  uint32_t scales_next[kRows];
-  load_scales(0, scales_next);
-  for (int t = 0; t < k_tiles; ++t, ++raw_use) {
-    const uint32_t raw_slot = raw_use % kRing;
-    pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRing) & 1);
-    const uint8_t* raw = smem + L::kRawOffset + raw_slot * L::kPreparedRawBytes;
-    uint4 codes[kRows][4];
-    uint32_t scales[kRows];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        codes[i][q] = *reinterpret_cast<const uint4*>(raw + (load_offset[i] ^ (q << 5)));
-      scales[i] = scales_next[i];
-    }
-    pipeline::arrive(&ctl.raw_empty[raw_slot]);
-    if (t + 1 < k_tiles) load_scales(t + 1, scales_next);
-    convert_step(codes, scales, 0);
-    // Refill this slot (every converter has most likely read it by now) with K tile t + kRing.
-    if (c == 0 && t + kRing < k_tiles) issue(raw_use + kRing, t + kRing);
-    if (2 * t + 1 < steps) convert_step(codes, scales, 1);
-  }
-}
-
-// The converter warpgroup (threads 0..127): B's rows, plain or prepared (kPrepared: the raw ring
-// holds 128-K tiles of the prepared layout, each serving two K steps).
-template <int kTileN, bool kPrepared>
+// The converter warpgroup (threads 0..127): B's rows, plain or (kTiled) prepared version 2, whose
+// raw stages the 4D tensor map lands in the plain ones' order.
+template <int kTileN, bool kTiled>
 __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, uint8_t* smem,
                               Control& ctl, const fold::StagedVerdicts& skip) {
   using L = Layout<kTileN>;
-  constexpr int kRing = kPrepared ? L::kPreparedRawStages : kRawStages;
-  constexpr int kLoadBytes = kPrepared ? L::kPreparedRawBytes : L::kRawBytes;
+  constexpr int kRing = kRawStages;
+  constexpr int kLoadBytes = L::kRawBytes;
   const int c = threadIdx.x, warp = c / 32;
   const int steps = static_cast<int>(p.k / kStepK), blocks = static_cast<int>(p.k / 32);
   const int k_tiles = static_cast<int>(layout::k_tiles(p.k));
-  const int loads = kPrepared ? k_tiles : steps;  // raw stages per tile of D
-  uint32_t raw_use = 0, stage_use = 0;            // uses of the rings so far: slot and phase
+  const int loads = steps;              // raw stages per tile of D
+  uint32_t raw_use = 0, stage_use = 0;  // uses of the rings so far: slot and phase
   int local = 0;
   for (int tile = own_tile<kTileN>(p, blockIdx.x, skip);
        tile < persistent::tile_count<kTileM, kTileN>(p);
        tile = own_tile<kTileN>(p, tile + gridDim.x, skip), ++local) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
-    // Raw stage `load` (a K step, or a prepared B's K tile) into the slot of ring use `use`, once
-    // every converter has read the slot's previous contents.
+    // Raw stage `load` (a K step) into the slot of ring use `use`, once every converter has read
+    // the slot's previous contents.
     auto issue = [&](uint32_t use, int load) {
       const uint32_t slot = use % kRing;
       pipeline::wait(&ctl.raw_empty[slot], ((use / kRing) & 1) ^ 1);
       pipeline::arrive_expect_tx(&ctl.raw_full[slot], kLoadBytes);
-      if constexpr (kPrepared) {
-        pipeline::tma_load_3d(smem + L::kRawOffset + slot * kLoadBytes, map_b, &ctl.raw_full[slot],
-                              0, load, static_cast<int>(n0 / 16));
+      if constexpr (kTiled) {
+        pipeline::tma_load_4d(smem + L::kRawOffset + slot * kLoadBytes, map_b, &ctl.raw_full[slot],
+                              32 * (load % 2), 0, load / 2, static_cast<int>(n0 / 16));
       } else {
         pipeline::tma_load_2d(smem + L::kRawOffset + slot * kLoadBytes, map_b, &ctl.raw_full[slot],
                               32 * load, static_cast<int>(n0));
@@ -375,7 +285,7 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
     // Pre-pass: can this tile fold its scales into bf16 exactly?
     uint32_t lo4[2] = {0xFFFFFFFFu, 0xFFFFFFFFu}, hi4[2] = {0, 0};
     scan_scales(p.a, m0, p.m, kTileM, blocks, lo4[0], hi4[0]);
-    if constexpr (kPrepared) {
+    if constexpr (kTiled) {
       scan_prepared_scales(p.b, n0, p.n, kTileN / 16, p.k, lo4[1], hi4[1]);
     } else {
       scan_scales(p.b, n0, p.n, kTileN, blocks, lo4[1], hi4[1]);
@@ -427,21 +337,25 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
       continue;
     }
 
-    if constexpr (kPrepared) {
-      convert_prepared<kTileN>(p, n0, centre[1], b_tables, issue, smem, ctl, raw_use, stage_use);
-    } else {
+    {
       // Raw block b = c + 128 j is half b % 2 of B row n0 + b / 2, stage row kTileM + b / 2. The
-      // scale byte of each block (block c % 2 of its row's K step); nullptr past N.
+      // scale byte of each block (block c % 2 of its row's K step); nullptr past N. A prepared B
+      // holds a row's scales of K tile t in one word, 64 bytes after tile t - 1's.
       const uint8_t* scale_blocks[L::kBlocksPerThread];
 #pragma unroll
       for (int j = 0; j < L::kBlocksPerThread; ++j) {
         const int64_t row = n0 + (c + kWarpgroup * j) / 2;
-        scale_blocks[j] = row < p.n ? p.b.scale + row * p.b.scale_stride + c % 2 : nullptr;
+        const int64_t offset = kTiled ? layout::prepared_scale_offset(row, c % 2, k_tiles)
+                                      : row * p.b.scale_stride + c % 2;
+        scale_blocks[j] = row < p.n ? p.b.scale + offset : nullptr;
       }
       auto load_scales = [&](int step, uint32_t(&out)[L::kBlocksPerThread]) {
+        const int offset =
+            kTiled ? static_cast<int>(layout::kTileScaleBytes) * (step / 2) + 2 * (step % 2)
+                   : 2 * step;
 #pragma unroll
         for (int j = 0; j < L::kBlocksPerThread; ++j)  // e = 0 on the zero-filled rows
-          out[j] = scale_blocks[j] != nullptr ? __ldg(scale_blocks[j] + 2 * step)
+          out[j] = scale_blocks[j] != nullptr ? __ldg(scale_blocks[j] + offset)
                                               : static_cast<uint32_t>(centre[1]);
       };
       uint32_t scales_next[L::kBlocksPerThread];
@@ -639,7 +553,7 @@ void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, n
   const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM / 2);  // per consumer warpgroup
   const CUtensorMap map_b = p.b.layout == A4W4_LAYOUT_PLAIN
                                 ? packed_map(p.b, p.n, p.k, kTileN)
-                                : tma::prepared_map(p.b, p.n, p.k, kTileN, "cuda.bf16");
+                                : tma::prepared_map(p.b, p.n, p.k, 32, kTileN, "cuda.bf16");
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
   gemm_bf16_kernel<kTileN>
@@ -652,7 +566,7 @@ void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, n
 
 std::string gemm_bf16_why_not(const GemmProblem& p) {
   if (p.k % kStepK != 0) return "K must be a multiple of 64";
-  // A prepared B is loaded as whole 1024-byte tiles (TMA) and its scales in 4- and 16-byte words.
+  // A prepared B's scales are scanned in 16-byte words.
   return tma::sm90_operands_why_not(p, 16);
 }
 

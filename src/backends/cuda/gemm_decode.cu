@@ -29,8 +29,8 @@
 // Fragment order: lane (g, t) holds elements [8t, 8t + 8) of a block of weight rows g and g + 8
 // (one 4-byte word each, low nibble first): elements 8t..8t+3 go to k slots 4t..4t+3 of the
 // m16n8k32 MMA and 8t+4..8t+7 to 16+4t..16+4t+3. The activations use the same order, so each
-// block's dot product is unchanged. The prepared layout stores exactly these words (copied with
-// 16-byte copies); a plain B is scattered into the same order with 4-byte copies.
+// block's dot product is unchanged. A B (plain, or prepared version 2: the same rows from its
+// tiles) is scattered into that order with 4-byte copies.
 #include <cooperative_groups.h>
 
 #include "backends/cuda/cluster_launch.h"
@@ -58,7 +58,7 @@ constexpr int kMaxSplits = 8;  // portable cluster size
 
 // Weights stream through a per-warp ring of shared-memory slots filled by cp.async, kStages - 1
 // K tiles ahead of the one being multiplied: the loads need no registers and never wait on use.
-// A slot holds one K tile in the prepared layout's order (both layouts are copied into it), with
+// A slot holds one K tile in the fragment order (prepared version 1's, below), with
 // the two 16-byte halves of each lane swapped on odd row groups so the reads are conflict-free.
 constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
 // A slot: each group's 1024 bytes of codes, then each group's 16 rows x 4 blocks of scales.
@@ -249,15 +249,16 @@ __device__ __forceinline__ int half_offset(int group, int lane, int h) {
 
 // Where this lane's share of each weight K tile comes from, fixed for the whole partition. Row
 // group h of the warp is rows row0 + 16h ..; its codes go to slot bytes [1024h, 1024h + 1024), its
-// scales after all groups' codes.
-template <bool kPrepared, int kGroupCount>
+// scales after all groups' codes. kTiled: a prepared (version 2) B, whose rows' 64 bytes of a tile
+// are copied like a plain B's and whose tile scales are already in the slot's order.
+template <bool kTiled, int kGroupCount>
 struct WeightSource {
-  const uint8_t* codes[kGroupCount][2];  // prepared: group tile halves; plain: rows g, g + 8
-  // Scale copies per lane: prepared, 16 bytes of one group's 64 (lanes 0 .. 4 * groups - 1);
-  // plain, the 4 bytes of one row (kGroupCount * 16 rows over the warp's 32 lanes).
-  static constexpr int kScaleCopies = kPrepared || kGroupCount <= 2 ? 1 : kGroupCount / 2;
+  const uint8_t* codes[kGroupCount][2];  // rows g, g + 8 at block t of the partition's first tile
+  // Scale copies per lane: tiled, 16 bytes of one group's 64 (lanes 0 .. 4 * groups - 1); plain,
+  // the 4 bytes of one row (kGroupCount * 16 rows over the warp's 32 lanes).
+  static constexpr int kScaleCopies = kTiled || kGroupCount <= 2 ? 1 : kGroupCount / 2;
   const uint8_t* scales[kScaleCopies] = {};  // the scale bytes this lane copies (if any)
-  bool present[kGroupCount][2];              // plain: rows g and g + 8 of each group exist
+  bool present[kGroupCount][2];              // rows g and g + 8 of each group exist
   bool scale_present[kScaleCopies] = {};
   int scale_offset[kScaleCopies];  // where in the slot each scale copy goes (-1: none)
 
@@ -266,13 +267,18 @@ struct WeightSource {
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
       const int64_t group_row0 = row0 + 16 * group;
-      if constexpr (kPrepared) {
-        // A group past N reads nothing (its slot is zero-filled from a valid address).
+      if constexpr (kTiled) {
+        // A group past N reads nothing (its slot is zero-filled from a valid address); the rows
+        // past N inside the last group are the layout's zero padding.
         const bool exists = group_row0 < p.n;
-        const int64_t first = exists ? (group_row0 / 16) * layout::k_tiles(p.k) + tile_begin : 0;
-        codes[group][0] = p.b.data + first * 1024 + lane * 32;
-        codes[group][1] = codes[group][0] + 16;
-        present[group][0] = present[group][1] = exists;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          codes[group][h] = p.b.data + 16 * t +
+                            (exists ? layout::row_run_offset(group_row0 + g + 8 * h, tile_begin,
+                                                             layout::k_tiles(p.k))
+                                    : 0);
+          present[group][h] = exists;
+        }
       } else {
         // Lane (g, t) copies block t of rows g and g + 8 (K % 128 == 0: every block exists).
 #pragma unroll
@@ -286,7 +292,7 @@ struct WeightSource {
     }
 #pragma unroll
     for (int c = 0; c < kScaleCopies; ++c) scale_offset[c] = -1;
-    if constexpr (kPrepared) {
+    if constexpr (kTiled) {
       if (lane < 4 * kGroupCount) {  // 16 bytes of group lane / 4's 64 scale bytes
         const int group = lane / 4;
         scale_present[0] = row0 + 16 * group < p.n;
@@ -313,28 +319,22 @@ struct WeightSource {
   __device__ __forceinline__ void copy(int tile, int lane, uint8_t* slot) const {
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
-      if constexpr (kPrepared) {
-        const size_t offset = present[group][0] ? size_t(tile) * 1024 : 0;
-        copy_async<16>(slot + half_offset(group, lane, 0), codes[group][0] + offset,
-                       present[group][0]);
-        copy_async<16>(slot + half_offset(group, lane, 1), codes[group][1] + offset,
-                       present[group][1]);
-      } else {
-        // Piece q of block t belongs to lane (g, q).
-        const int g = lane / 4, t = lane % 4;
-        const size_t offset = size_t(tile) * 64;
+      // Piece q of block t belongs to lane (g, q).
+      const int g = lane / 4, t = lane % 4;
+      const size_t offset = !kTiled             ? size_t(tile) * 64
+                            : present[group][0] ? size_t(tile) * layout::kTileBytes
+                                                : 0;
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int q = 0; q < 4; ++q)
-            copy_async<4>(slot + half_offset(group, g * 4 + q, h) + 4 * t,
-                          codes[group][h] + offset + 4 * q, present[group][h]);
-      }
+        for (int q = 0; q < 4; ++q)
+          copy_async<4>(slot + half_offset(group, g * 4 + q, h) + 4 * t,
+                        codes[group][h] + offset + 4 * q, present[group][h]);
     }
 #pragma unroll
     for (int c = 0; c < kScaleCopies; ++c) {
       if (scale_offset[c] < 0) continue;
-      if constexpr (kPrepared) {
+      if constexpr (kTiled) {
         copy_async<16>(slot + scale_offset[c],
                        scales[c] + (scale_present[c] ? size_t(tile) * 64 : 0), scale_present[c]);
       } else {
@@ -536,7 +536,7 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
 }
 
 // (Forcing five CTAs per SM for M <= 8 through __launch_bounds__ spills and measured slower.)
-template <int kNTiles, bool kPrepared>
+template <int kNTiles, bool kTiled>
 __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, int splits) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
   const int begin = static_cast<int>(block_begin - tile_begin * 4);
   const int end = static_cast<int>(block_end - tile_begin * 4);
   const int n_tiles_used = static_cast<int>((p.m + 7) / 8);  // activation tiles with rows
-  const WeightSource<kPrepared, kGroupCount> source(p, row0, tile_begin, lane);
+  const WeightSource<kTiled, kGroupCount> source(p, row0, tile_begin, lane);
 
   // Prologue: the first kStages - 1 weight tiles in flight, the first activation chunk staged
   // and the second one loading.
@@ -718,27 +718,27 @@ constexpr size_t shared_bytes() {
   return staging > sums ? staging : sums;
 }
 
-template <int kNTiles, bool kPrepared>
+template <int kNTiles, bool kTiled>
 void launch(const GemmProblem& p, int splits, int64_t ctas) {
-  check_cuda(cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
+  check_cuda(cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kTiled>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(shared_bytes<kNTiles>())),
              "cudaFuncSetAttribute(gemm_decode_kernel)");
-  launch_with_y_cluster(gemm_decode_kernel<kNTiles, kPrepared>,
+  launch_with_y_cluster(gemm_decode_kernel<kNTiles, kTiled>,
                         dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits)), kThreads,
                         shared_bytes<kNTiles>(), p.stream, "gemm_decode_kernel launch",
                         LaunchOrder::kAfterPrevious, p, splits);
 }
 
 // CTAs of this kind resident on one SM (registers and shared memory), asked once.
-template <int kNTiles, bool kPrepared>
+template <int kNTiles, bool kTiled>
 int ctas_per_sm() {
   static const int count = [] {
     // The opt-in to more than 48 KiB of shared memory first, or the answer is zero.
-    cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kPrepared>,
+    cudaFuncSetAttribute(gemm_decode_kernel<kNTiles, kTiled>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(shared_bytes<kNTiles>()));
-    return resident_ctas_per_sm(gemm_decode_kernel<kNTiles, kPrepared>, kThreads,
+    return resident_ctas_per_sm(gemm_decode_kernel<kNTiles, kTiled>, kThreads,
                                 shared_bytes<kNTiles>());
   }();
   return count;
@@ -751,10 +751,10 @@ int ctas_per_sm() {
 // (bench/RESULTS.md, issue 6). Cluster placement can hold fewer clusters than this counts (62 of
 // the 64 clusters of 8 at 1 x 8192 x 8192 on the H200), but requiring every cluster resident
 // (cudaOccupancyMaxActiveClusters) chose split 4 there, which measured 34.8 us against 32.7 us.
-template <int kNTiles, bool kPrepared>
+template <int kNTiles, bool kTiled>
 int auto_splits(const GemmProblem& p, int64_t ctas) {
   const int64_t resident =
-      int64_t{ctas_per_sm<kNTiles, kPrepared>()} * device_info(p.device.ordinal).sm_count;
+      int64_t{ctas_per_sm<kNTiles, kTiled>()} * device_info(p.device.ordinal).sm_count;
   int splits = 1;
   while (splits < kMaxSplits && ctas * 2 * splits <= resident &&
          (p.k / 32) / (2 * splits) >= 2 * ChunkShape<kNTiles>::kBlocks)
@@ -762,10 +762,10 @@ int auto_splits(const GemmProblem& p, int64_t ctas) {
   return splits;
 }
 
-template <int kNTiles, bool kPrepared>
+template <int kNTiles, bool kTiled>
 void launch_for(const GemmProblem& p, int64_t ctas) {
-  const int splits = p.split_k != 0 ? p.split_k : auto_splits<kNTiles, kPrepared>(p, ctas);
-  launch<kNTiles, kPrepared>(p, splits, ctas);
+  const int splits = p.split_k != 0 ? p.split_k : auto_splits<kNTiles, kTiled>(p, ctas);
+  launch<kNTiles, kTiled>(p, splits, ctas);
 }
 
 template <int kNTiles>
@@ -796,10 +796,8 @@ std::string gemm_decode_why_not(const GemmProblem& p) {
     if (p.k % 128 != 0 || scale_address % 4 != 0 || p.b.scale_stride % 4 != 0)
       return "a plain B needs K % 128 == 0 and 4-byte aligned scale rows (prepare the weight to "
              "lift this)";
-  } else if (address % 16 != 0 || scale_address % 16 != 0) {
-    return "a prepared B and its scales must start on 16 bytes";
   }
-  return {};
+  return prepared_b_why_not(p.b, 16, 16);
 }
 
 void gemm_decode(const GemmProblem& p, const ExecConfig&) {

@@ -83,14 +83,7 @@ struct ActivationBlock {
   uint32_t scale_min, scale_max;
 };
 
-// A prepared B's block arrives in a lane with its four 8-element pieces in the order q, q ^ 2,
-// q ^ 1, q ^ 3 (q = the lane's block mod 4; quad_transpose): the activations' pieces in the same
-// order, so that every piece meets its own.
-__device__ __forceinline__ uint4 pieces_in_quad_order(const uint4& v, int q) {
-  return make_uint4(word_of(v, q), word_of(v, q ^ 2), word_of(v, q ^ 1), word_of(v, q ^ 3));
-}
-
-template <int kM, bool kPrepared>
+template <int kM>
 __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t block, bool active,
                                                  ActivationBlock<kM>& act) {
   act.scale_min = 255, act.scale_max = 0;
@@ -102,7 +95,6 @@ __device__ __forceinline__ void load_activations(const GemmProblem& p, int64_t b
       const uint8_t* row = p.a.data + m * p.a.stride_bytes + block * 16;
       raw = load_packed_block(row, reinterpret_cast<uintptr_t>(row) % 16 == 0);
       scale = p.a.scale[m * p.a.scale_stride + block];
-      if constexpr (kPrepared) raw = pieces_in_quad_order(raw, threadIdx.x % 4);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -187,23 +179,6 @@ struct GroupLoad {
   uint32_t scales[kCols];
 };
 
-// Four lanes (q = lane % 4) holding piece q of four blocks (word j: block j) exchange them so that
-// lane q holds block q's four pieces, in the order q, q ^ 2, q ^ 1, q ^ 3: two rounds of shuffles,
-// each lane keeping the words it needs and sending the others to its partner.
-__device__ __forceinline__ uint4 quad_transpose(const uint4& v, int q) {
-  const bool high = (q & 2) != 0, odd = (q & 1) != 0;
-  // Partner q ^ 2: keep this lane's pair of blocks (2, 3 or 0, 1), send the other pair.
-  const uint32_t send0 = high ? v.x : v.z, send1 = high ? v.y : v.w;
-  const uint32_t keep0 = high ? v.z : v.x, keep1 = high ? v.w : v.y;
-  const uint32_t got0 = __shfl_xor_sync(0xFFFFFFFFu, send0, 2);
-  const uint32_t got1 = __shfl_xor_sync(0xFFFFFFFFu, send1, 2);
-  // Partner q ^ 1: keep this lane's block, send the other block of the pair.
-  const uint32_t mine0 = odd ? keep1 : keep0, mine1 = odd ? got1 : got0;
-  const uint32_t other0 = odd ? keep0 : keep1, other1 = odd ? got0 : got1;
-  return make_uint4(mine0, mine1, __shfl_xor_sync(0xFFFFFFFFu, other0, 1),
-                    __shfl_xor_sync(0xFFFFFFFFu, other1, 1));
-}
-
 // A plain B's block scale, asking L2 for the 256 bytes around it: the warps of the other K chunks
 // read the rest of the row's scales at about the same time (H200: 1-4% faster at M = 1..4).
 __device__ __forceinline__ uint32_t load_scale_run(const uint8_t* p) {
@@ -212,37 +187,28 @@ __device__ __forceinline__ uint32_t load_scale_run(const uint8_t* p) {
   return scale;
 }
 
-template <int kCols, bool kPrepared>
+// A plain B's rows, or (kTiled) a prepared version-2 B's tiles: a group's 8 columns (column0 is a
+// multiple of 8) lie in one half of one 16-row tile group, their blocks 64 bytes and their scales
+// 8 bytes apart (numerics/weight_layout.h). A compile-time choice: deciding it at run time cost
+// the plain-B kernels 2-4% (H200, 1 x 8192 x 8192 10.9 -> 11.4 us).
+template <int kCols, bool kTiled>
 __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0, int columns,
                                            int64_t block, GroupLoad<kCols>& load) {
-  if constexpr (kPrepared) {
-    // numerics/weight_layout.h: the 16 bytes of block b of row n are the words b % 4 of the four
-    // 32-byte lane runs (n % 8) * 4 + piece of tile (n / 16, b / 4), in its half (n / 8) % 2.
-    // column0 is a multiple of 8, so the group's 8 rows share the tile and the half, 128 bytes (and
-    // 8 scale bytes) apart. The four lanes of a tile (blocks 4 t.. 4 t + 3, q = block % 4) each
-    // load one run's half, piece q of the tile's four blocks (16 bytes: a warp reads 32 of them,
-    // 8 tiles x 4 runs), and exchange them (quad_transpose) so that each holds its own block's
-    // pieces. The other half of each 32-byte run is the next group's, read by this warp a step
-    // later (L1 or L2 hits). Every lane of a tile that exists loads, whether its own block is past
-    // K or not (its run holds pieces of the others' blocks); padding blocks and rows are zeros.
-    const int q = threadIdx.x % 4;
-    const int64_t tile = (column0 / 16) * layout::k_tiles(p.k) + block / 4;
-    const uint8_t* runs = p.b.data + tile * layout::kTileBytes + q * 32 + ((column0 / 8) % 2) * 16;
-    const uint8_t* scales =
-        p.b.scale + tile * layout::kTileScaleBytes + ((column0 / 8) % 2) * 4 + block % 4;
-    const bool tile_exists = block / 4 * 4 < p.k / 32 && column0 < p.n;
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      const uint4 run = tile_exists ? __ldg(reinterpret_cast<const uint4*>(runs + c * 128))
-                                    : make_uint4(0, 0, 0, 0);
-      load.weights[c] = run;  // each lane's own block after quad_transpose (sum_group)
-      load.scales[c] = c < columns ? __ldg(scales + c * 8) : 127u;
-    }
-    return;
+  const uint8_t* weight_row;
+  const uint8_t* scale_row;
+  int64_t weight_step, scale_step;
+  if constexpr (!kTiled) {
+    weight_row = p.b.data + column0 * p.b.stride_bytes + block * 16;
+    scale_row = p.b.scale + column0 * p.b.scale_stride + block;
+    weight_step = p.b.stride_bytes, scale_step = p.b.scale_stride;
+  } else {
+    const int64_t k_tiles = layout::k_tiles(p.k);
+    weight_row = p.b.data + layout::row_run_offset(column0, block / layout::kTileBlocks, k_tiles) +
+                 (block % layout::kTileBlocks) * 16;
+    scale_row = p.b.scale + layout::prepared_scale_offset(column0, block, k_tiles);
+    weight_step = layout::kRowRunBytes, scale_step = layout::kScaleRowStep;
   }
   // Running pointers: one 64-bit add per column instead of a multiply.
-  const uint8_t* weight_row = p.b.data + column0 * p.b.stride_bytes + block * 16;
-  const uint8_t* scale_row = p.b.scale + column0 * p.b.scale_stride + block;
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {
     load.weights[c] = make_uint4(0, 0, 0, 0);
@@ -251,13 +217,13 @@ __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0
       load.weights[c] = __ldcs(reinterpret_cast<const uint4*>(weight_row));
       load.scales[c] = load_scale_run(scale_row);
     }
-    weight_row += p.b.stride_bytes, scale_row += p.b.scale_stride;
+    weight_row += weight_step, scale_row += scale_step;
   }
 }
 
 // Adds a loaded step to the lane's sums: fast mode adds fp32 partials and records the weight
 // scales it saw, exact mode adds double partials with exact block scales.
-template <int kM, int kCols, bool kPrepared, bool kExact>
+template <int kM, int kCols, bool kExact>
 __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
                                           const ActivationBlock<kM>& act, float (&fast)[kCols * kM],
                                           double (&exact)[kCols * kM], uint32_t& scale_min,
@@ -265,10 +231,7 @@ __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {
     int32_t sums[kM];
-    // A prepared B's loads hold pieces of the tile's blocks; one exchange per column, just before
-    // its sums (all eight at once spilled at M = 2 and 4).
-    block_sums<kM>(kPrepared ? quad_transpose(load.weights[c], threadIdx.x % 4) : load.weights[c],
-                   act, sums);
+    block_sums<kM>(load.weights[c], act, sums);
     if constexpr (kExact) {
 #pragma unroll
       for (int m = 0; m < kM; ++m)
@@ -287,18 +250,13 @@ __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
   }
 }
 
-// CTAs of 4 warps per SM as a bound: the register budgets the plain-B kernels reached when
-// unbounded (96 at M = 1, 128 at M = 1 loading ahead and at M = 2, 168 at M = 4), which the
-// prepared-B kernels (a quad transpose per column) would otherwise exceed; at M = 1 without loading
-// ahead they keep 128 (a bound of 96, tried together with loading ahead at K <= 4096, was slower);
-// half as many CTAs of 8 warps.
-template <int kM, bool kPrefetch, bool kPrepared, int kWarps>
-inline constexpr int kGemvCtasPerSm = (kM == 4 ? 3
-                                               : (kM == 1 && !kPrefetch && !kPrepared ? 5 : 4)) *
-                                      4 / kWarps;
+// CTAs of 4 warps per SM as a bound: the register budgets the kernels reached when unbounded (96
+// at M = 1, 128 at M = 1 loading ahead and at M = 2, 168 at M = 4); half as many CTAs of 8 warps.
+template <int kM, bool kPrefetch, int kWarps>
+inline constexpr int kGemvCtasPerSm = (kM == 4 ? 3 : (kM == 1 && !kPrefetch ? 5 : 4)) * 4 / kWarps;
 
-template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPrepared, kWarps>)
+template <int kM, int kCols, bool kPrefetch, bool kTiled, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWarps>)
     gemm_gemv_kernel(GemmProblem p, GemvShape shape) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -334,8 +292,8 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
   };
   auto load_step = [&](int step, GroupLoad<kCols>& load) {
     const int64_t block = step_block(step);
-    load_group<kCols, kPrepared>(p, tile_column0 + int64_t{step_group(step)} * kCols,
-                                 step_columns(step, block), block, load);
+    load_group<kCols, kTiled>(p, tile_column0 + int64_t{step_group(step)} * kCols,
+                              step_columns(step, block), block, load);
   };
 
   // Launched early (programmatic dependent launch, see launch()): the next kernel may start while
@@ -351,7 +309,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
   ActivationBlock<kM> act;
   auto load_chunk_activations = [&](int step) {
     const int64_t block = step_block(step);
-    load_activations<kM, kPrepared>(p, block, block < blocks, act);
+    load_activations<kM>(p, block, block < blocks, act);
   };
   if (my_chunks == 1) load_chunk_activations(0);
 
@@ -375,7 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
         if (my_chunks > 1) load_chunk_activations(step);
         GroupLoad<kCols> load;
         load_step(step, load);
-        sum_group<kM, kCols, kPrepared, true>(load, act, fast, exact, unused_min, unused_max);
+        sum_group<kM, kCols, true>(load, act, fast, exact, unused_min, unused_max);
       }
       warp_sum_entries<kEntries>(exact, lane);
     } else {
@@ -397,7 +355,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
       load_step(step, current);
     }
     if (my_chunks > 1) load_chunk_activations(step);
-    sum_group<kM, kCols, kPrepared, false>(current, act, fast, exact, scale_min, scale_max);
+    sum_group<kM, kCols, false>(current, act, fast, exact, scale_min, scale_max);
     in_range = in_range && fp32_partials_safe(act.scale_min, act.scale_max, scale_min, scale_max);
     scale_min = 255, scale_max = 0;
     if (my_chunks == 1 || step % my_chunks == my_chunks - 1) finish_group(step_group(step));
@@ -442,12 +400,12 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kPr
 }
 
 // How many clusters of `cluster` CTAs of `warps` warps can be resident at once (asked once each).
-template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
+template <int kM, int kCols, bool kPrefetch, bool kTiled, int kWarps>
 int resident_clusters_cached(int cluster, int warps, int ordinal) {
   static std::atomic<int> known[kMaxClusterCtas + 1][kMaxWarps + 1];  // 0: not asked yet
   int count = known[cluster][warps].load(std::memory_order_relaxed);
   if (count > 0) return count;
-  const auto kernel = gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>;
+  const auto kernel = gemm_gemv_kernel<kM, kCols, kPrefetch, kTiled, kWarps>;
   count = resident_clusters(kernel, cluster, static_cast<unsigned>(warps * 32), 0,
                             device_info(ordinal).sm_count);
   known[cluster][warps].store(count, std::memory_order_relaxed);
@@ -458,14 +416,14 @@ int resident_clusters_cached(int cluster, int warps, int ordinal) {
 // (groups of kCols columns, up to kMaxTileColumns) minimises waves x (width + a CTA's fixed cost)
 // over the clusters that can be resident at once (bench/RESULTS.md has the measurements); on a
 // tie the wider tile.
-template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps>
+template <int kM, int kCols, bool kPrefetch, bool kTiled, int kWarps>
 GemvShape choose_shape(const GemmProblem& p) {
   const int64_t chunks = k_chunks(p.k);
   GemvShape shape{};
   shape.warps = static_cast<int>(chunks < kWarps ? chunks : kWarps);
   const int64_t ctas_needed = (chunks + shape.warps - 1) / shape.warps;
   shape.cluster = static_cast<int>(ctas_needed < kMaxClusterCtas ? ctas_needed : kMaxClusterCtas);
-  const int64_t resident = resident_clusters_cached<kM, kCols, kPrefetch, kPrepared, kWarps>(
+  const int64_t resident = resident_clusters_cached<kM, kCols, kPrefetch, kTiled, kWarps>(
       shape.cluster, shape.warps, p.device.ordinal);
   constexpr int kMaxGroups = kMaxTileColumns / kCols;
   int64_t best_cost = -1, best_waves = 0;
@@ -485,9 +443,9 @@ GemvShape choose_shape(const GemmProblem& p) {
   return shape;
 }
 
-template <int kM, int kCols, bool kPrefetch, bool kPrepared, int kWarps = 4>
+template <int kM, int kCols, bool kPrefetch, bool kTiled, int kWarps = 4>
 void launch(const GemmProblem& p) {
-  const GemvShape shape = choose_shape<kM, kCols, kPrefetch, kPrepared, kWarps>(p);
+  const GemvShape shape = choose_shape<kM, kCols, kPrefetch, kTiled, kWarps>(p);
   const int64_t tile_columns = int64_t{shape.groups} * kCols;
   // Launched early (its start overlapping the end of the kernel before it) where the grid is one
   // wave of clusters of at most 2 CTAs (K <= 8192). H200, back-to-back calls in a graph: 1 x 8192
@@ -496,7 +454,7 @@ void launch(const GemmProblem& p) {
   // before the wait measured slower (1 x 8192 x 8192 12.4).
   const LaunchOrder order =
       shape.waves == 1 && shape.cluster <= 2 ? LaunchOrder::kEarly : LaunchOrder::kAfterPrevious;
-  launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch, kPrepared, kWarps>,
+  launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch, kTiled, kWarps>,
                         dim3(static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
                              static_cast<unsigned>(shape.cluster)),
                         static_cast<unsigned>(shape.warps * 32), 0, p.stream,
@@ -508,24 +466,21 @@ void launch(const GemmProblem& p) {
 // registers mostly cost occupancy: 1 x 5120 x 2880 took 6.0 us instead of 5.0, 1 x 5760 x 2880
 // with 2 steps 6.2 instead of 5.4). Loading ahead was slower at M = 2 and at 4 x 28672 x 8192,
 // and 16 columns per step instead of 8 slower at M = 1 and 2 (bench/RESULTS.md).
-template <bool kPrepared>
+template <bool kTiled>
 void launch_for_m(const GemmProblem& p) {
   if (p.m == 1) {
     // 5 to 8 chunks: one CTA of 8 warps instead of a cluster of two. With 4 or fewer the CTAs
     // are the same, and the 4-warp kernels' register budgets keep more of them resident (1 x
-    // 5760 x 2880 ran 5.4 us on them, 6.5 on the 8-warp ones); on a prepared B they also run
-    // without loading ahead (H200: 1 x 8192 x 4096 9.5 us, 11.0 loading ahead).
+    // 5760 x 2880 ran 5.4 us on them, 6.5 on the 8-warp ones).
     const int64_t chunks = k_chunks(p.k);
     const bool one_cta = chunks > 4 && chunks <= kMaxWarps;
-    if (!kPrepared || chunks > 4) {
-      if (choose_shape<1, 8, false, kPrepared, 4>(p).groups >= 3)
-        return one_cta ? launch<1, 8, true, kPrepared, 8>(p) : launch<1, 8, true, kPrepared>(p);
-      if (one_cta) return launch<1, 8, false, kPrepared, 8>(p);
-    }
-    return launch<1, 8, false, kPrepared>(p);
+    if (choose_shape<1, 8, false, kTiled, 4>(p).groups >= 3)
+      return one_cta ? launch<1, 8, true, kTiled, 8>(p) : launch<1, 8, true, kTiled>(p);
+    if (one_cta) return launch<1, 8, false, kTiled, 8>(p);
+    return launch<1, 8, false, kTiled>(p);
   }
-  if (p.m == 2) return launch<2, 8, false, kPrepared>(p);
-  launch<4, 8, false, kPrepared>(p);
+  if (p.m == 2) return launch<2, 8, false, kTiled>(p);
+  launch<4, 8, false, kTiled>(p);
 }
 
 }  // namespace
@@ -537,13 +492,10 @@ std::string gemm_gemv_why_not(const GemmProblem& p) {
     return "M = " + std::to_string(p.m) + " is above the GEMV limit of " +
            std::to_string(kGemvMaxM);
   if (p.split_k > 1) return "it takes no split_k (its K chunks are summed in a fixed order)";
-  if (p.b.layout == A4W4_LAYOUT_PLAIN) {
-    if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0)
-      return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
-  } else if (reinterpret_cast<uintptr_t>(p.b.data) % 4 != 0) {
-    return "a prepared B must start on 4 bytes";
-  }
-  return {};
+  if (p.b.layout == A4W4_LAYOUT_PLAIN &&
+      (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0))
+    return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
+  return prepared_b_why_not(p.b, 16, 1);
 }
 
 void gemm_gemv(const GemmProblem& p, const ExecConfig&) {

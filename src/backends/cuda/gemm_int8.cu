@@ -187,18 +187,16 @@ __device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, int8_t*
   fold_block(codes, shift, reinterpret_cast<uint4*>(out)[0], reinterpret_cast<uint4*>(out)[1]);
 }
 
-// Block `block` of row `row` of op (plain or A4W4_LAYOUT_PREPARED_V1): its 16 bytes of codes
-// (element i in nibble i, as a plain row holds them). In a prepared B's tile of row group row / 16,
-// lane (r % 8) * 4 + p holds piece p (elements 8p .. 8p + 7) of each of the 4 blocks, 32 bytes
-// apart, for row r % 8 then r % 8 + 8 (numerics/weight_layout.h).
+// Block `block` of row `row` of op (plain, or a prepared B of version 2, whose tiles hold each
+// row's blocks in plain order): its 16 bytes of codes (element i in nibble i).
 __device__ __forceinline__ uint4 block_codes(const PackedOperand& op, int64_t row, int block,
                                              int blocks) {
-  if (op.layout == A4W4_LAYOUT_PLAIN)
-    return __ldg(reinterpret_cast<const uint4*>(op.data + row * op.stride_bytes + 16 * block));
-  // Piece p (elements 8 p .. 8 p + 7) sits 32 bytes after piece p - 1.
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(
-      op.data + layout::prepared_weight_offset(row, 32 * int64_t{block}, (blocks + 3) / 4));
-  return make_uint4(__ldg(words), __ldg(words + 8), __ldg(words + 16), __ldg(words + 24));
+  const int64_t offset =
+      op.layout == A4W4_LAYOUT_PLAIN
+          ? row * op.stride_bytes + 16 * block
+          : layout::row_run_offset(row, block / layout::kTileBlocks, (blocks + 3) / 4) +
+                16 * (block % layout::kTileBlocks);
+  return __ldg(reinterpret_cast<const uint4*>(op.data + offset));
 }
 
 // x combined by op over the 8 lanes of a lane's group (one row's K tiles of a chunk in

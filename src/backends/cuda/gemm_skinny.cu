@@ -24,13 +24,12 @@
 // double (NaN scales give NaN), into a local-memory accumulator that is added at the end.
 //
 // Inside a K tile the element order is free (both operands are permuted alike; every sum is over
-// the whole tile). A plain B is read one whole 16-byte block per lane: lane (g, t) of warp w holds
-// block t of rows 16 w + g and 16 w + g + 8, and its 4-byte word q of a row is wgmma q's fragment
-// (low 16 bits: K slots 4 t..4 t + 3, high: 16 + 4 t..); so one shifted table per row serves the
-// lane. A prepared B (numerics/weight_layout.h) gives lane (g, t) the words of elements
-// 8 t..8 t + 7 of every block j, used as wgmma j's fragment. The activations are written into the
-// same K slots: element 8 q + i of block b goes to byte 32 X + 4 Y + i (i < 4) or 32 X + 16 + 4 Y +
-// i - 4, with (X, Y) = (q, b) for a plain B and (b, q) for a prepared one.
+// the whole tile). B is read one whole 16-byte block per lane: lane (g, t) of warp w holds block t
+// of rows 16 w + g and 16 w + g + 8, and its 4-byte word q of a row is wgmma q's fragment (low 16
+// bits: K slots 4 t..4 t + 3, high: 16 + 4 t..); so one shifted table per row serves the lane.
+// A prepared (version 2) B gives the same bytes from its tiles (numerics/weight_layout.h: a warp's
+// two loads are one whole 1 KB tile). The activations are written into the same K slots: element
+// 8 q + i of block b goes to byte 32 q + 4 b + i (i < 4) or 32 q + 16 + 4 b + i - 4.
 //
 // Per K tile a CTA: converts its weights' fragments (loaded kLead tiles ahead into registers),
 // issues the tile's wgmmas on the activations of a ring slot, and promotes. The activations of a
@@ -82,8 +81,7 @@ __device__ __forceinline__ int64_t token_tile() {
 // (row, block) pair, its 4 words of 8 codes (16 contiguous bytes), and kSplit threads share it
 // (kY words each), so that every warp takes part; kItems units per thread. A unit's thread has the
 // row's 4 block scales (folds the row itself) and writes word q's values where the weights'
-// fragments put them (slot_byte): for a prepared B the words of a block are adjacent (vector
-// stores), for a plain one 32 bytes apart.
+// fragments put them (slot_byte): 32 bytes apart.
 template <int kTokens>
 struct ActivationShare {
   static constexpr int kSplit = kThreads / (kTokens * 4) > 1 ? kThreads / (kTokens * 4) : 1;
@@ -178,9 +176,8 @@ __device__ __forceinline__ void mma_rs(int32_t (&d)[kTokens / 2], const uint32_t
 }
 
 // Byte of element 8 q + 4 half + i (i < 4) of block b inside a 128-wide K tile's row.
-template <bool kPrepared>
 __device__ __forceinline__ int slot_byte(int block, int q, int half) {
-  return kPrepared ? 32 * block + 16 * half + 4 * q : 32 * q + 16 * half + 4 * block;
+  return 32 * q + 16 * half + 4 * block;
 }
 
 // Four bytes at src (any alignment) as a little-endian word.
@@ -207,11 +204,13 @@ struct WeightRaw {
   uint32_t scales_g, scales_h;
 };
 
-// Where this lane's weights come from, fixed for the CTA.
-template <bool kPrepared>
+// Where this lane's weights come from, fixed for the CTA: a plain B's rows, or kTiled, a prepared
+// (version 2) B's tiles, where rows g and g + 8 of the warp's 16 are 512 bytes apart in each tile
+// and their scale words adjacent.
+template <bool kTiled>
 struct WeightSource {
-  const uint8_t* codes[2];   // plain: rows g, g + 8 at their block t; prepared: the group's tile 0
-  const uint8_t* scales[2];  // plain: the rows' scale rows; prepared: the group's tile 0 scales
+  const uint8_t* codes[2];   // rows g, g + 8 at their block t of K tile 0
+  const uint8_t* scales[2];  // plain: the rows' scale rows; tiled: the group's tile 0 scales
   int blocks;
   bool words;  // plain: 4-byte scale loads
 
@@ -220,13 +219,13 @@ struct WeightSource {
     blocks = static_cast<int>(p.k / 32);
     const int tiles = static_cast<int>(layout::k_tiles(p.k));
     const int64_t warp_row0 = row0 + 16 * (threadIdx.x / 32);
-    if constexpr (kPrepared) {
+    if constexpr (kTiled) {
       // A group past N reads the last group (its sums are never stored).
       const int64_t last_group = (p.n - 1) / 16;
       const int64_t group = warp_row0 / 16 < last_group ? warp_row0 / 16 : last_group;
-      codes[0] = p.b.data + group * tiles * layout::kTileBytes + lane * 32;
-      codes[1] = codes[0] + 16;
-      scales[0] = p.b.scale + group * tiles * layout::kTileScaleBytes + g * 8;
+      codes[0] = p.b.data + layout::row_run_offset(16 * group + g, 0, tiles) + 16 * t;
+      codes[1] = codes[0] + 8 * layout::kRowRunBytes;
+      scales[0] = p.b.scale + layout::prepared_scale_offset(16 * group + g, 0, tiles);
       scales[1] = scales[0] + 4;
       words = true;
     } else {
@@ -243,7 +242,7 @@ struct WeightSource {
 
   __device__ __forceinline__ WeightRaw load(int tile) const {
     WeightRaw w;
-    if constexpr (kPrepared) {
+    if constexpr (kTiled) {
       const size_t offset = size_t(tile) * layout::kTileBytes;
       w.g = __ldg(reinterpret_cast<const uint4*>(codes[0] + offset));
       w.h = __ldg(reinterpret_cast<const uint4*>(codes[1] + offset));
@@ -265,7 +264,7 @@ struct WeightSource {
   // first block's scale, so they neither widen the spread nor lower the base (a plain B's
   // scale_word does this at the load).
   __device__ __forceinline__ WeightRaw valid_scales(WeightRaw w, int tile) const {
-    if (kPrepared && 4 * tile + 4 > blocks) {
+    if (kTiled && 4 * tile + 4 > blocks) {
       const int valid = blocks - 4 * tile;
       const uint32_t selector = valid == 3 ? 0x0210u : valid == 2 ? 0x0010u : 0x0000u;
       w.scales_g = permute(w.scales_g, 0, selector);
@@ -286,7 +285,7 @@ struct ActivationRaw {
 
 // Item i of this thread: its activation row, block and first word, with what does not change from
 // tile to tile worked out once: where its words and scales come from and where its values go.
-template <int kTokens, bool kPrepared>
+template <int kTokens>
 struct ActivationItem {
   using Share = ActivationShare<kTokens>;
   int row, block, q0;
@@ -307,7 +306,7 @@ struct ActivationItem {
     const int64_t r = token0 + (present ? row : 0);
     src = p.a.data + r * p.a.stride_bytes + 16 * block + 4 * q0;
     scales = p.a.scale + r * p.a.scale_stride;
-    const uint32_t first = slot_byte<kPrepared>(block, q0, 0);
+    const uint32_t first = slot_byte(block, q0, 0);
     base = (row / 8) * wgmma::kSwizzleAtomBytes + (row % 8) * wgmma::kSwizzleRowBytes + first % 16;
     chunk_key = (first & ~15u) ^ ((row % 8) * 16);
   }
@@ -315,19 +314,19 @@ struct ActivationItem {
   // Where word q0 + y's values go (half 0: from its low 16 bits, 1: its high 16 bits). The words'
   // chunk bits do not overlap q0's (q0 + y < 4), so the swizzle (a xor) applies to each part.
   __device__ __forceinline__ uint32_t offset(int y, int half) const {
-    const uint32_t step = kPrepared ? 16 * half : 32 * y + 16 * half;  // chunk bits from word q0
-    return base + (chunk_key ^ step) + (kPrepared ? 4 * y : 0);
+    const uint32_t step = 32 * y + 16 * half;  // chunk bits from word q0
+    return base + (chunk_key ^ step);
   }
 };
 
-template <int kTokens, bool kPrepared>
+template <int kTokens>
 __device__ __forceinline__ void load_activations(
-    const ActivationItem<kTokens, kPrepared> (&items)[ActivationShare<kTokens>::kItems], int tile,
-    int blocks, bool aligned, bool scale_words, ActivationRaw<kTokens>& raw) {
+    const ActivationItem<kTokens> (&items)[ActivationShare<kTokens>::kItems], int tile, int blocks,
+    bool aligned, bool scale_words, ActivationRaw<kTokens>& raw) {
   using Share = ActivationShare<kTokens>;
 #pragma unroll
   for (int i = 0; i < Share::kItems; ++i) {
-    const ActivationItem<kTokens, kPrepared>& item = items[i];
+    const ActivationItem<kTokens>& item = items[i];
 #pragma unroll
     for (int y = 0; y < Share::kY; ++y) raw.words[i][y] = 0;
     raw.scales[i] = 0x7F7F7F7Fu;  // rows past M: zeros with scale 127 (fold, factor 1)
@@ -356,9 +355,9 @@ __device__ __forceinline__ void load_activations(
 }
 
 // Folds and writes one K tile's activations as a record (see ActivationRecord).
-template <int kTokens, bool kPrepared>
+template <int kTokens>
 __device__ __forceinline__ void store_activations(
-    const ActivationItem<kTokens, kPrepared> (&items)[ActivationShare<kTokens>::kItems],
+    const ActivationItem<kTokens> (&items)[ActivationShare<kTokens>::kItems],
     const ActivationRaw<kTokens>& raw, uint8_t* record) {
   using R = ActivationRecord<kTokens>;
   using Share = ActivationShare<kTokens>;
@@ -369,7 +368,7 @@ __device__ __forceinline__ void store_activations(
   int* allow = reinterpret_cast<int*>(record + R::kAllowOffset);
 #pragma unroll
   for (int i = 0; i < Share::kItems; ++i) {
-    const ActivationItem<kTokens, kPrepared>& item = items[i];
+    const ActivationItem<kTokens>& item = items[i];
     const uint32_t scales = raw.scales[i];
     // The row folds when its 4 blocks lie within kMaxShift of the smallest and none is NaN.
     const fold::FoldedRow f = fold::fold_row(scales);
@@ -384,22 +383,9 @@ __device__ __forceinline__ void store_activations(
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      if constexpr (kPrepared) {
-        // Words q0.. of a block are adjacent: one vector store per half.
-        uint8_t* dst = values + item.offset(0, half);
-        if constexpr (Share::kY == 4) {
-          *reinterpret_cast<uint4*>(dst) =
-              make_uint4(out[half][0], out[half][1], out[half][2], out[half][3]);
-        } else if constexpr (Share::kY == 2) {
-          *reinterpret_cast<uint2*>(dst) = make_uint2(out[half][0], out[half][1]);
-        } else {
-          *reinterpret_cast<uint32_t*>(dst) = out[half][0];
-        }
-      } else {
 #pragma unroll
-        for (int y = 0; y < Share::kY; ++y)
-          *reinterpret_cast<uint32_t*>(values + item.offset(y, half)) = out[half][y];
-      }
+      for (int y = 0; y < Share::kY; ++y)
+        *reinterpret_cast<uint32_t*>(values + item.offset(y, half)) = out[half][y];
     }
     if (item.block == 0 && item.q0 == 0) {
       // The exponent e of each block's stored values (value * 2^(e - 128)) and the row's factor.
@@ -435,7 +421,7 @@ struct WeightTile {
 // kSigned (kSignedWeights: 64 and 128 activation rows, where registers do not hold two
 // accumulator sets): the positive registers hold the signed values w+ - w- instead, one MMA per K
 // slice.
-template <bool kPrepared, bool kSigned>
+template <bool kSigned>
 __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
   const fold::FoldedRow fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
   WeightTile tile;
@@ -443,14 +429,13 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
   tile.ok_g = fg.ok, tile.ok_h = fh.ok;
   const uint32_t words_g[4] = {w.g.x, w.g.y, w.g.z, w.g.w};
   const uint32_t words_h[4] = {w.h.x, w.h.y, w.h.z, w.h.w};
+  // Every word of the lane is in its block t: one shift per row.
   const int t = threadIdx.x % 4;
+  const uint32_t shift_g = fg.shifts >> (8 * t), shift_h = fh.shifts >> (8 * t);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    // The block of word q: q for a prepared B, the lane's block t for a plain one.
-    const int block = kPrepared ? q : t;
     fold::WeightBlock& b = tile.words[q];
-    b = fold::weight_block(words_g[q], words_h[q], fg.shifts >> (8 * block),
-                           fh.shifts >> (8 * block));
+    b = fold::weight_block(words_g[q], words_h[q], shift_g, shift_h);
     if constexpr (kSigned)
 #pragma unroll
       for (int r = 0; r < 4; ++r) b.positive[r] = signed_s8x4(b.positive[r], b.negative[r]);
@@ -462,7 +447,7 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
 // unshifted weights with the stored activations (mma.sync; lanes not holding the block give
 // zeros), times 2^(ea + sb - 256) added in double. exact[4 j + i] is the accumulator of
 // fast[4 j + i]. Cold: kept out of line.
-template <int kTokens, bool kPrepared>
+template <int kTokens>
 __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t scales_g,
                                         uint32_t scales_h, const uint8_t* values,
                                         const uint8_t* exponents, int valid_blocks, double* exact) {
@@ -474,9 +459,8 @@ __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t s
       int32_t sum[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        if (kPrepared && q != b) continue;
-        // Plain: word q of lane t's block t, zero unless t == b; prepared: word b is block b.
-        const bool mine = kPrepared || t == b;
+        // Word q of lane t's block t, zero unless t == b.
+        const bool mine = t == b;
         const uint32_t wg = mine ? words_g[q] : 0u, wh = mine ? words_h[q] : 0u;
         const uint32_t a[4] = {e2m1x4_to_s8x4(wg), e2m1x4_to_s8x4(wh), e2m1x4_to_s8x4(wg >> 16),
                                e2m1x4_to_s8x4(wh >> 16)};
@@ -514,15 +498,14 @@ constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 
 // CTAs per SM as a register bound: 4 up to 16 activation rows, 3 from 32 (168 registers);
 // 128 activation rows: two CTAs of up to 255 registers (64 int32 sums, 64 fp32 accumulators).
-// The staged 64-row kernel on a plain B spills about 100 bytes at 168 registers; it also comes as
-// two CTAs of 212 that do not spill (kSpillFreeCtas), chosen where that grid fits the GPU at once
-// (launch()).
-template <int kTokens, bool kPrepared, bool kStaged>
+// The staged 64-row kernel spills about 50 bytes at 168 registers; it also comes as two CTAs of
+// 212 that do not spill (kSpillFreeCtas), chosen where that grid fits the GPU at once (launch()).
+template <int kTokens, bool kTiled, bool kStaged>
 constexpr int kSkinnyCtasPerSm = kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
 constexpr int kSpillFreeCtas = 2;
 
-template <int kTokens, bool kPrepared, bool kStaged,
-          int kCtas = kSkinnyCtasPerSm<kTokens, kPrepared, kStaged>>
+template <int kTokens, bool kTiled, bool kStaged,
+          int kCtas = kSkinnyCtasPerSm<kTokens, kTiled, kStaged>>
 __global__ void __launch_bounds__(kThreads, kCtas)
     gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -552,14 +535,14 @@ __global__ void __launch_bounds__(kThreads, kCtas)
   const bool g_exists = row0 + 16 * warp + g < p.n, h_exists = row0 + 16 * warp + g + 8 < p.n;
   const auto record = [&](int slot) { return smem + slot * R::kSlotStride; };
 
-  const WeightSource<kPrepared> source(p, row0);
+  const WeightSource<kTiled> source(p, row0);
   // Two buffers of weights loaded ahead (kLead = 2): tile i is converted from buffer i % 2, which
   // then loads tile i + 2; the loop is unrolled by two so the buffers stay in registers.
   WeightRaw even = {}, odd = {};
   if (tile_begin < tile_end) even = source.load(tile_begin);
   if (tile_begin + 1 < tile_end) odd = source.load(tile_begin + 1);
 
-  ActivationItem<kTokens, kPrepared> items[kStaged ? 1 : ActivationShare<kTokens>::kItems];
+  ActivationItem<kTokens> items[kStaged ? 1 : ActivationShare<kTokens>::kItems];
   ActivationRaw<kTokens> act;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarrierOffset);
   // Thread 0 copies tile's record into its slot (staged).
@@ -584,11 +567,10 @@ __global__ void __launch_bounds__(kThreads, kCtas)
     for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i)
       items[i].init(p, i, token0);
     if (tile_begin < tile_end) {
-      load_activations<kTokens, kPrepared>(items, tile_begin, blocks, a_aligned, a_words, act);
-      store_activations<kTokens, kPrepared>(items, act, record(0));
+      load_activations<kTokens>(items, tile_begin, blocks, a_aligned, a_words, act);
+      store_activations<kTokens>(items, act, record(0));
       if (tile_begin + 1 < tile_end)
-        load_activations<kTokens, kPrepared>(items, tile_begin + 1, blocks, a_aligned, a_words,
-                                             act);
+        load_activations<kTokens>(items, tile_begin + 1, blocks, a_aligned, a_words, act);
     }
     wgmma::fence_shared_for_async();
   }
@@ -606,7 +588,7 @@ __global__ void __launch_bounds__(kThreads, kCtas)
   const auto step = [&](int tile, WeightRaw& buffer) {
     const int use = tile - tile_begin, slot = use % kSlots;
     const uint8_t* activation_record = record(slot);
-    WeightTile w = convert_weights<kPrepared, kSigned>(source.valid_scales(buffer, tile));
+    WeightTile w = convert_weights<kSigned>(source.valid_scales(buffer, tile));
     if (tile + kLead < tile_end) buffer = source.load(tile + kLead);
     if constexpr (kStaged) pipeline::wait(&full[slot], (use / kSlots) & 1);
     // Staged: every warp is done with the previous tile's slot, which thread 0 refills. Else: the
@@ -635,9 +617,9 @@ __global__ void __launch_bounds__(kThreads, kCtas)
     if constexpr (!kStaged) {
       // The next tile's activations into the other slot while the MMAs run.
       if (tile + 1 < tile_end) {
-        store_activations<kTokens, kPrepared>(items, act, record(slot ^ 1));
+        store_activations<kTokens>(items, act, record(slot ^ 1));
         if (tile + 2 < tile_end)
-          load_activations<kTokens, kPrepared>(items, tile + 2, blocks, a_aligned, a_words, act);
+          load_activations<kTokens>(items, tile + 2, blocks, a_aligned, a_words, act);
       }
       wgmma::fence_shared_for_async();
     }
@@ -697,8 +679,8 @@ __global__ void __launch_bounds__(kThreads, kCtas)
       const int valid = blocks - 4 * tile < 4 ? blocks - 4 * tile : 4;
       // The tile's weights again (the registers hold tile + kLead now; this path is rare).
       const WeightRaw raw = source.valid_scales(source.load(tile), tile);
-      exact_tile<kTokens, kPrepared>(raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
-                                     activation_record + R::kExponentOffset, valid, exact);
+      exact_tile<kTokens>(raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
+                          activation_record + R::kExponentOffset, valid, exact);
     }
   };
   int tile = tile_begin;
@@ -776,7 +758,7 @@ __global__ void __launch_bounds__(kThreads, kCtas)
 // (Launching the GEMM as a programmatic dependent of this grid, its weights' first loads
 // overlapping it, measured 1-1.5 us faster at M = 16 but 9 us slower at M = 64 x 8192 x 8192 on the
 // H200: not done.)
-template <int kTokens, bool kPrepared>
+template <int kTokens>
 __global__ void __launch_bounds__(kThreads)
     stage_activations_kernel(const GemmProblem p, uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -785,15 +767,15 @@ __global__ void __launch_bounds__(kThreads)
   wait_for_previous_grid();  // launched early
   const int tile = static_cast<int>(blockIdx.x);
   const int64_t token0 = int64_t{blockIdx.y} * kTokens;
-  ActivationItem<kTokens, kPrepared> items[ActivationShare<kTokens>::kItems];
+  ActivationItem<kTokens> items[ActivationShare<kTokens>::kItems];
 #pragma unroll
   for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i) items[i].init(p, i, token0);
   ActivationRaw<kTokens> act;
   const bool aligned =
       reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
-  load_activations<kTokens, kPrepared>(items, tile, static_cast<int>(p.k / 32), aligned,
-                                       fold::scale_words(p.a), act);
-  store_activations<kTokens, kPrepared>(items, act, record);
+  load_activations<kTokens>(items, tile, static_cast<int>(p.k / 32), aligned,
+                            fold::scale_words(p.a), act);
+  store_activations<kTokens>(items, act, record);
   __syncthreads();
   if (threadIdx.x == 0) {
     // The GEMM reads the range of weight bases every row allows from need[0] and allow[0].
@@ -832,11 +814,11 @@ int64_t staged_bytes(const GemmProblem& p) {
 
 // The kernel, its dynamic shared memory allowed (once per instantiation and process) before any
 // launch or occupancy query.
-template <int kTokens, bool kPrepared, bool kStaged, int kCtas>
+template <int kTokens, bool kTiled, bool kStaged, int kCtas>
 auto skinny_kernel() {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
   static_assert(kBytes <= 227 * 1024);
-  const auto kernel = gemm_skinny_kernel<kTokens, kPrepared, kStaged, kCtas>;
+  const auto kernel = gemm_skinny_kernel<kTokens, kTiled, kStaged, kCtas>;
   static const cudaError_t attribute =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_kernel)");
@@ -845,12 +827,12 @@ auto skinny_kernel() {
 
 // CTAs of the kernel resident at once in clusters of `splits` (the GPCs decide where clusters
 // fit: on the H200 at four CTAs per SM, 528 CTAs alone but 496 in clusters of 4 or 8).
-template <int kTokens, bool kPrepared, bool kStaged, int kCtas>
+template <int kTokens, bool kTiled, bool kStaged, int kCtas>
 int64_t resident_ctas(int splits, int ordinal) {
   static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
   int clusters = known[splits].load(std::memory_order_relaxed);
   if (clusters == 0) {
-    const auto kernel = skinny_kernel<kTokens, kPrepared, kStaged, kCtas>();
+    const auto kernel = skinny_kernel<kTokens, kTiled, kStaged, kCtas>();
     constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
     clusters = resident_clusters(kernel, splits, kThreads, kBytes, device_info(ordinal).sm_count);
     known[splits].store(clusters, std::memory_order_relaxed);
@@ -880,12 +862,12 @@ int64_t resident_ctas(int splits, int ordinal) {
 //   on 264 slots) 152 -> 124 us at 2 splits; with a fuller last wave splitting lost (128 x 28672 x
 //   8192, 448 on 264: 152 -> 164). Starting at two splits, as above, lost 6-10% at 128 x 28672 x
 //   8192 and 256 x 8192 x 8192.
-template <int kTokens, bool kPrepared, bool kStaged, int kCtas>
+template <int kTokens, bool kTiled, bool kStaged, int kCtas>
 int choose_splits(const GemmProblem& p) {
   const int64_t ctas = column_tiles(p) * token_tiles<kTokens>(p);
   const int64_t tiles = layout::k_tiles(p.k);
   const auto resident = [&](int splits) {
-    return resident_ctas<kTokens, kPrepared, kStaged, kCtas>(splits, p.device.ordinal);
+    return resident_ctas<kTokens, kTiled, kStaged, kCtas>(splits, p.device.ordinal);
   };
   const auto allowed = [&](int splits) { return splits <= kMaxSplits && tiles / splits >= 4; };
   if constexpr (kTokens < kMaxTokens) {
@@ -915,12 +897,12 @@ int choose_splits(const GemmProblem& p) {
 }
 
 // splits: 0 to choose them here.
-template <int kTokens, bool kPrepared, bool kStaged,
-          int kCtas = kSkinnyCtasPerSm<kTokens, kPrepared, kStaged>>
+template <int kTokens, bool kTiled, bool kStaged,
+          int kCtas = kSkinnyCtasPerSm<kTokens, kTiled, kStaged>>
 void launch_gemm(const GemmProblem& p, const uint8_t* records, int splits = 0) {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
-  const auto kernel = skinny_kernel<kTokens, kPrepared, kStaged, kCtas>();
-  if (splits == 0) splits = choose_splits<kTokens, kPrepared, kStaged, kCtas>(p);
+  const auto kernel = skinny_kernel<kTokens, kTiled, kStaged, kCtas>();
+  if (splits == 0) splits = choose_splits<kTokens, kTiled, kStaged, kCtas>(p);
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
   const int per_split = (tiles + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits),
@@ -941,10 +923,10 @@ bool records_fit(const GemmProblem& p) {
 // was a third of the GEMM's time. 128-row token tiles always stage (gemm_skinny_why_not): converted
 // per CTA, their 128 rows took as long as the weights and the kernel spilled (H200: 128 x 8192 x
 // 8192 in 134 us against 48 staged).
-template <int kTokens, bool kPrepared>
+template <int kTokens, bool kTiled>
 void launch(const GemmProblem& p) {
   if constexpr (kTokens <= kMaxUnstagedTokens) {
-    if (!records_fit<kTokens>(p)) return launch_gemm<kTokens, kPrepared, false>(p, nullptr);
+    if (!records_fit<kTokens>(p)) return launch_gemm<kTokens, kTiled, false>(p, nullptr);
   }
   auto* records = static_cast<uint8_t*>(p.workspace);
   const dim3 grid(static_cast<unsigned>(layout::k_tiles(p.k)),
@@ -952,29 +934,29 @@ void launch(const GemmProblem& p) {
   // Launched early: its start overlaps the end of the kernel before it (the previous call's GEMM
   // lets it: allow_next_grid), and it waits for that kernel before it reads A or overwrites the
   // records the kernel may still read.
-  launch_kernel(stage_activations_kernel<kTokens, kPrepared>, grid, kThreads, 0, p.stream,
+  launch_kernel(stage_activations_kernel<kTokens>, grid, kThreads, 0, p.stream,
                 "stage_activations_kernel launch", LaunchOrder::kEarly, false, p, records);
-  if constexpr (kTokens == kMaxUnstagedTokens && !kPrepared) {
-    // The plain staged 64-row kernel: two CTAs of 212 registers per SM where that grid fits the
-    // GPU at once, else three of 168 (about 100 bytes spilled) for fewer waves. H200, us, 2 / 3
-    // CTAs per SM, M = 33..64: 64 x 8192 x 8192 (256 CTAs on 264 slots) 36.3 / 39.6, 64 x 8192 x
+  if constexpr (kTokens == kMaxUnstagedTokens) {
+    // The staged 64-row kernel: two CTAs of 212 registers per SM where that grid fits the GPU at
+    // once, else three of 168 (about 50 bytes spilled) for fewer waves. H200, us, 2 / 3 CTAs per
+    // SM, M = 33..64, plain B: 64 x 8192 x 8192 (256 CTAs on 264 slots) 36.3 / 39.6, 64 x 8192 x
     // 28672 99 / 112, 64 x 2880 x 4096 15.1 / 17.2; 64 x 10240 x 8192 (320 CTAs) 56.9 / 48.2,
     // 64 x 28672 x 8192 116 / 107.
-    const int splits = choose_splits<kTokens, false, true, kSpillFreeCtas>(p);
+    const int splits = choose_splits<kTokens, kTiled, true, kSpillFreeCtas>(p);
     const int64_t ctas = column_tiles(p) * splits;
-    if (ctas <= resident_ctas<kTokens, false, true, kSpillFreeCtas>(splits, p.device.ordinal))
-      return launch_gemm<kTokens, false, true, kSpillFreeCtas>(p, records, splits);
+    if (ctas <= resident_ctas<kTokens, kTiled, true, kSpillFreeCtas>(splits, p.device.ordinal))
+      return launch_gemm<kTokens, kTiled, true, kSpillFreeCtas>(p, records, splits);
   }
-  launch_gemm<kTokens, kPrepared, true>(p, records);
+  launch_gemm<kTokens, kTiled, true>(p, records);
 }
 
-template <bool kPrepared>
+template <bool kTiled>
 void launch_for_m(const GemmProblem& p) {
-  if (p.m <= 8) return launch<8, kPrepared>(p);
-  if (p.m <= 16) return launch<16, kPrepared>(p);
-  if (p.m <= 32) return launch<32, kPrepared>(p);
-  if (p.m <= kMaxUnstagedTokens) return launch<kMaxUnstagedTokens, kPrepared>(p);
-  launch<kMaxTokens, kPrepared>(p);
+  if (p.m <= 8) return launch<8, kTiled>(p);
+  if (p.m <= 16) return launch<16, kTiled>(p);
+  if (p.m <= 32) return launch<32, kTiled>(p);
+  if (p.m <= kMaxUnstagedTokens) return launch<kMaxUnstagedTokens, kTiled>(p);
+  launch<kMaxTokens, kTiled>(p);
 }
 
 }  // namespace
@@ -991,13 +973,10 @@ std::string gemm_skinny_why_not(const GemmProblem& p) {
            " needs a context workspace of at least " +
            std::to_string(staged_bytes<kMaxTokens>(p)) +
            " bytes (its activations are converted once per call there)";
-  if (p.b.layout == A4W4_LAYOUT_PLAIN) {
-    if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0)
-      return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
-  } else if (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 ||
-             reinterpret_cast<uintptr_t>(p.b.scale) % 8 != 0) {
-    return "a prepared B must start on 16 bytes and its scales on 8";
-  }
+  if (p.b.layout == A4W4_LAYOUT_PLAIN &&
+      (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0))
+    return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
+  if (std::string why = prepared_b_why_not(p.b, 16, 8); !why.empty()) return why;
   if (p.n > int64_t{65535} * kRows * 1024) return "N is too large for the grid";
   return {};
 }

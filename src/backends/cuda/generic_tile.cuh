@@ -30,7 +30,7 @@ __device__ __forceinline__ void sync_threads() {
 __device__ __forceinline__ uint8_t packed_byte(const PackedOperand& op, int64_t row, int64_t byte,
                                                int64_t k_tiles) {
   if (op.layout == A4W4_LAYOUT_PLAIN) return op.data[row * op.stride_bytes + byte];
-  return op.data[layout::prepared_weight_offset(row, 2 * byte, k_tiles)];
+  return op.data[layout::prepared_weight_offset(op.layout, row, 2 * byte, k_tiles)];
 }
 
 __device__ __forceinline__ uint8_t scale_byte(const PackedOperand& op, int64_t row, int64_t block,

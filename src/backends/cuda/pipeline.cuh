@@ -62,13 +62,13 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem(bar)), "r"(x), "r"(y)
       : "memory");
 }
-// The same for a 3D tensor map: the box at (x, y, z).
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar,
-                                            int32_t x, int32_t y, int32_t z) {
+// The same for a 4D tensor map: the box at (x, y, z, w).
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                            int32_t x, int32_t y, int32_t z, int32_t w) {
   A4W4_SM90_ASM(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
-      "%4, %5}], [%2];\n" ::"r"(smem(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem(bar)), "r"(x), "r"(y), "r"(z)
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+      "%4, %5, %6}], [%2];\n" ::"r"(smem(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem(bar)), "r"(x), "r"(y), "r"(z), "r"(w)
       : "memory");
 }
 // Copies `bytes` (a multiple of 16, from and to 16-byte aligned addresses) of global memory into

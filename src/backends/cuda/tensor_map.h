@@ -41,7 +41,7 @@ inline CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const u
                               const cuuint32_t* box, const char* family,
                               CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   CUtensorMap map;
-  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};  // rank <= 4
   const CUresult r =
       encode_tiled()(&map, type, rank, const_cast<uint8_t*>(data), dims, strides, box,
                      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
@@ -63,18 +63,22 @@ inline CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, 
   return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, op.data, dims, strides, box, family);
 }
 
-// A prepared B (numerics/weight_layout.h) as a 3D tensor of 32-bit words: 256 words (one 16 x 128
-// tile), K tiles, 16-row groups; a box is one K tile of `box_rows` / 16 groups. Groups past the end
-// (rows past N rounded up to 16) read as zeros.
-inline CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k, int box_rows,
-                                const char* family) {
+// A prepared B of version 2 (numerics/weight_layout.h) as a 4D tensor of bytes: a row's 64 bytes
+// of a tile, the tile's 16 rows, K tiles, 16-row groups. A box of `box_bytes` (<= 64) of
+// `box_rows` / 16 groups lands in shared memory as box_rows rows of box_bytes, exactly as
+// plain_map's box of the same rows: the kernels read both alike. Coordinates: {(k % 128) / 2, 0,
+// k / 128, n / 16}. Groups past the end (rows past N rounded up to 16) read as zeros.
+inline CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k, int box_bytes,
+                                int box_rows, const char* family) {
   const int64_t k_tiles = layout::k_tiles(k);
-  const cuuint64_t dims[3] = {layout::kTileBytes / 4, static_cast<cuuint64_t>(k_tiles),
+  const cuuint64_t dims[4] = {layout::kRowRunBytes, layout::kTileRows,
+                              static_cast<cuuint64_t>(k_tiles),
                               static_cast<cuuint64_t>(layout::row_groups(rows))};
-  const cuuint64_t strides[2] = {layout::kTileBytes,
+  const cuuint64_t strides[3] = {layout::kRowRunBytes, layout::kTileBytes,
                                  static_cast<cuuint64_t>(k_tiles * layout::kTileBytes)};
-  const cuuint32_t box[3] = {layout::kTileBytes / 4, 1, static_cast<cuuint32_t>(box_rows / 16)};
-  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, op.data, dims, strides, box, family);
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_bytes), layout::kTileRows, 1,
+                             static_cast<cuuint32_t>(box_rows / layout::kTileRows)};
+  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, op.data, dims, strides, box, family);
 }
 
 // Whether TMA can load a plain packed operand's rows: 16-byte aligned base and row stride, the
@@ -94,7 +98,7 @@ inline bool sizes_fit(const GemmProblem& p) {
 
 // What the sm_90a families that load A and a plain or prepared B as TMA boxes (gemm_bf16.cu,
 // gemm_int8.cu) need beyond their own K rule, as the first failing phrase, or empty: an sm_90
-// device, a plain A, B plain or A4W4_LAYOUT_PREPARED_V1, no split-K, rows TMA can load, a prepared
+// device, a plain A, B plain or A4W4_LAYOUT_PREPARED_V2, no split-K, rows TMA can load, a prepared
 // B on 16 bytes and its scales on `prepared_scale_alignment`, sizes TMA coordinates and a tile
 // index hold.
 inline std::string sm90_operands_why_not(const GemmProblem& p, int prepared_scale_alignment) {
@@ -102,16 +106,11 @@ inline std::string sm90_operands_why_not(const GemmProblem& p, int prepared_scal
   if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
   if (p.a.layout != A4W4_LAYOUT_PLAIN)
     return "a plain A only (the prepared layout is for the weight B)";
-  if (p.b.layout != A4W4_LAYOUT_PLAIN && p.b.layout != A4W4_LAYOUT_PREPARED_V1)
-    return "B must be plain or in A4W4_LAYOUT_PREPARED_V1";
   if (p.split_k > 1) return "no split-K";
   if (!rows_loadable(p.a, p.k) || (p.b.layout == A4W4_LAYOUT_PLAIN && !rows_loadable(p.b, p.k)))
     return "A and B rows must start on 16 bytes, one after the other (TMA)";
-  if (p.b.layout != A4W4_LAYOUT_PLAIN &&
-      (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 ||
-       reinterpret_cast<uintptr_t>(p.b.scale) % prepared_scale_alignment != 0))
-    return "a prepared B must start on 16 bytes and its scales on " +
-           std::to_string(prepared_scale_alignment) + " bytes";
+  if (std::string why = prepared_b_why_not(p.b, 16, prepared_scale_alignment); !why.empty())
+    return why;
   if (!sizes_fit(p)) return "M, N and K must be below 2^31 and the 128x128 tiles fewer than 2^31";
   return {};
 }
