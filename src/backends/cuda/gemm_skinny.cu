@@ -446,8 +446,9 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
 // The exact path for this warp's 16 rows and one K tile: block by block, int32 sums of the
 // unshifted weights with the stored activations (mma.sync; lanes not holding the block give
 // zeros), times 2^(ea + sb - 256) added in double. exact[4 j + i] is the accumulator of
-// fast[4 j + i]. Cold: kept out of line.
-template <int kTokens>
+// fast[4 j + i]. Cold: kept out of line. kRecordInWorkspace: values and exponents are in global
+// memory (a separate copy, so the shared-memory one keeps its code and registers).
+template <int kTokens, bool kRecordInWorkspace = false>
 __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t scales_g,
                                         uint32_t scales_h, const uint8_t* values,
                                         const uint8_t* exponents, int valid_blocks, double* exact) {
@@ -498,15 +499,11 @@ constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 
 // CTAs per SM as a register bound: 4 up to 16 activation rows, 3 from 32 (168 registers);
 // 128 activation rows: two CTAs of up to 255 registers (64 int32 sums, 64 fp32 accumulators).
-// The staged 64-row kernel spills about 50 bytes at 168 registers; it also comes as two CTAs of
-// 212 that do not spill (kSpillFreeCtas), chosen where that grid fits the GPU at once (launch()).
-template <int kTokens, bool kTiled, bool kStaged>
+template <int kTokens>
 constexpr int kSkinnyCtasPerSm = kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
-constexpr int kSpillFreeCtas = 2;
 
-template <int kTokens, bool kTiled, bool kStaged,
-          int kCtas = kSkinnyCtasPerSm<kTokens, kTiled, kStaged>>
-__global__ void __launch_bounds__(kThreads, kCtas)
+template <int kTokens, bool kTiled, bool kStaged>
+__global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
     gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kSlots = kSlotsOf<kStaged>;
@@ -583,6 +580,15 @@ __global__ void __launch_bounds__(kThreads, kCtas)
   int32_t sums_pos[kAcc], sums_neg[kAcc];  // w+ . a and w- . a of the tile
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) sums_pos[i] = sums_neg[i] = 0;
+
+  // The staged 64-row kernel: a warp that meets a tile off the fast path finishes the loop first
+  // and then redoes those tiles exactly from the records in the workspace. The exact path's call
+  // inside the loop made ptxas keep values in local memory across every iteration (104-160 bytes
+  // spilled at three CTAs per SM, none without the call). H200, typical data: 64 x 28672 x 8192
+  // 98.9 -> 91.2 us prepared, 107.8 -> 99.7 plain; with wide scales (most tiles exact) 5-7%
+  // slower. Elsewhere deferring spilled more.
+  constexpr bool kDeferExact = kStaged && kTokens == kMaxUnstagedTokens;
+  bool deferred_exact = false;  // warp-uniform
 
   const uint64_t slot0_descriptor = wgmma::descriptor(wgmma::shared_address(smem));
   const auto step = [&](int tile, WeightRaw& buffer) {
@@ -671,6 +677,8 @@ __global__ void __launch_bounds__(kThreads, kCtas)
         fast[4 * j + 3] =
             fmaf(scale_h(sums_pos[4 * j + 3], sums_neg[4 * j + 3]), fa.y, fast[4 * j + 3]);
       }
+    } else if constexpr (kDeferExact) {
+      deferred_exact = true;  // redone after the loop
     } else {
       if (!any_exact) {
         for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
@@ -689,6 +697,31 @@ __global__ void __launch_bounds__(kThreads, kCtas)
     step(tile + 1, odd);
   }
   if (tile < tile_end) step(tile, even);
+  if constexpr (kDeferExact) {
+    if (deferred_exact) {
+      // The same decision as in the loop, from the same weights and records.
+      for (int t2 = tile_begin; t2 < tile_end; ++t2) {
+        const uint8_t* activation_record =
+            records + record_offset<kTokens>(token_tile<kTokens>(), tiles, t2);
+        const WeightRaw raw = source.valid_scales(source.load(t2), t2);
+        const fold::FoldedRow fg = fold::fold_row(raw.scales_g), fh = fold::fold_row(raw.scales_h);
+        const BaseRange bases = allowed_bases<kTokens, 1>(activation_record);
+        const auto in_range = [&](uint32_t base) {
+          return static_cast<int>(base) >= bases.need && static_cast<int>(base) <= bases.allow;
+        };
+        const bool lane_ok = (!g_exists || (fg.ok && in_range(fg.base))) &&
+                             (!h_exists || (fh.ok && in_range(fh.base)));
+        if (__all_sync(0xFFFFFFFFu, lane_ok)) continue;
+        if (!any_exact) {
+          for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
+          any_exact = true;
+        }
+        exact_tile<kTokens, true>(raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
+                                  activation_record + R::kExponentOffset,
+                                  blocks - 4 * t2 < 4 ? blocks - 4 * t2 : 4, exact);
+      }
+    }
+  }
 
   // The CTA's sums as doubles: partial[token][row], over the ring (every warp is done with it).
   __syncthreads();
@@ -814,11 +847,11 @@ int64_t staged_bytes(const GemmProblem& p) {
 
 // The kernel, its dynamic shared memory allowed (once per instantiation and process) before any
 // launch or occupancy query.
-template <int kTokens, bool kTiled, bool kStaged, int kCtas>
+template <int kTokens, bool kTiled, bool kStaged>
 auto skinny_kernel() {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
   static_assert(kBytes <= 227 * 1024);
-  const auto kernel = gemm_skinny_kernel<kTokens, kTiled, kStaged, kCtas>;
+  const auto kernel = gemm_skinny_kernel<kTokens, kTiled, kStaged>;
   static const cudaError_t attribute =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_kernel)");
@@ -827,12 +860,12 @@ auto skinny_kernel() {
 
 // CTAs of the kernel resident at once in clusters of `splits` (the GPCs decide where clusters
 // fit: on the H200 at four CTAs per SM, 528 CTAs alone but 496 in clusters of 4 or 8).
-template <int kTokens, bool kTiled, bool kStaged, int kCtas>
+template <int kTokens, bool kTiled, bool kStaged>
 int64_t resident_ctas(int splits, int ordinal) {
   static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
   int clusters = known[splits].load(std::memory_order_relaxed);
   if (clusters == 0) {
-    const auto kernel = skinny_kernel<kTokens, kTiled, kStaged, kCtas>();
+    const auto kernel = skinny_kernel<kTokens, kTiled, kStaged>();
     constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
     clusters = resident_clusters(kernel, splits, kThreads, kBytes, device_info(ordinal).sm_count);
     known[splits].store(clusters, std::memory_order_relaxed);
@@ -862,12 +895,12 @@ int64_t resident_ctas(int splits, int ordinal) {
 //   on 264 slots) 152 -> 124 us at 2 splits; with a fuller last wave splitting lost (128 x 28672 x
 //   8192, 448 on 264: 152 -> 164). Starting at two splits, as above, lost 6-10% at 128 x 28672 x
 //   8192 and 256 x 8192 x 8192.
-template <int kTokens, bool kTiled, bool kStaged, int kCtas>
+template <int kTokens, bool kTiled, bool kStaged>
 int choose_splits(const GemmProblem& p) {
   const int64_t ctas = column_tiles(p) * token_tiles<kTokens>(p);
   const int64_t tiles = layout::k_tiles(p.k);
   const auto resident = [&](int splits) {
-    return resident_ctas<kTokens, kTiled, kStaged, kCtas>(splits, p.device.ordinal);
+    return resident_ctas<kTokens, kTiled, kStaged>(splits, p.device.ordinal);
   };
   const auto allowed = [&](int splits) { return splits <= kMaxSplits && tiles / splits >= 4; };
   if constexpr (kTokens < kMaxTokens) {
@@ -896,13 +929,11 @@ int choose_splits(const GemmProblem& p) {
   return splits;
 }
 
-// splits: 0 to choose them here.
-template <int kTokens, bool kTiled, bool kStaged,
-          int kCtas = kSkinnyCtasPerSm<kTokens, kTiled, kStaged>>
-void launch_gemm(const GemmProblem& p, const uint8_t* records, int splits = 0) {
+template <int kTokens, bool kTiled, bool kStaged>
+void launch_gemm(const GemmProblem& p, const uint8_t* records) {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
-  const auto kernel = skinny_kernel<kTokens, kTiled, kStaged, kCtas>();
-  if (splits == 0) splits = choose_splits<kTokens, kTiled, kStaged, kCtas>(p);
+  const auto kernel = skinny_kernel<kTokens, kTiled, kStaged>();
+  const int splits = choose_splits<kTokens, kTiled, kStaged>(p);
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
   const int per_split = (tiles + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits),
@@ -936,17 +967,6 @@ void launch(const GemmProblem& p) {
   // records the kernel may still read.
   launch_kernel(stage_activations_kernel<kTokens>, grid, kThreads, 0, p.stream,
                 "stage_activations_kernel launch", LaunchOrder::kEarly, false, p, records);
-  if constexpr (kTokens == kMaxUnstagedTokens) {
-    // The staged 64-row kernel: two CTAs of 212 registers per SM where that grid fits the GPU at
-    // once, else three of 168 (about 50 bytes spilled) for fewer waves. H200, us, 2 / 3 CTAs per
-    // SM, M = 33..64, plain B: 64 x 8192 x 8192 (256 CTAs on 264 slots) 36.3 / 39.6, 64 x 8192 x
-    // 28672 99 / 112, 64 x 2880 x 4096 15.1 / 17.2; 64 x 10240 x 8192 (320 CTAs) 56.9 / 48.2,
-    // 64 x 28672 x 8192 116 / 107.
-    const int splits = choose_splits<kTokens, kTiled, true, kSpillFreeCtas>(p);
-    const int64_t ctas = column_tiles(p) * splits;
-    if (ctas <= resident_ctas<kTokens, kTiled, true, kSpillFreeCtas>(splits, p.device.ordinal))
-      return launch_gemm<kTokens, kTiled, true, kSpillFreeCtas>(p, records, splits);
-  }
   launch_gemm<kTokens, kTiled, true>(p, records);
 }
 
