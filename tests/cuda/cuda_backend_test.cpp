@@ -929,26 +929,56 @@ TEST_F(CudaBackend, Bf16FamilyTakesAPreparedB) {
   }
 }
 
+// The bytes a4w4_prepared_weight_size gives for B and for its scales.
+std::pair<size_t, size_t> prepared_sizes(int64_t n, int64_t k, a4w4_layout layout) {
+  size_t weight_bytes = 0, scale_bytes = 0;
+  EXPECT_EQ(a4w4_prepared_weight_size(n, k, layout, &weight_bytes, &scale_bytes), A4W4_SUCCESS);
+  return {weight_bytes, scale_bytes};
+}
+
+// An M x N x K problem on GPU 0 with B in a prepared layout, its data and scales starting `offset`
+// bytes into their buffers; every value zero and every scale 127, F32 D.
+struct PreparedGemm {
+  PreparedGemm(int64_t m, int64_t n, int64_t k, a4w4_layout layout, size_t offset = 0)
+      : sizes(prepared_sizes(n, k, layout)),
+        a(m * k / 2),
+        as(m * k / 32),
+        pw(sizes.first + offset),
+        ps(sizes.second + offset),
+        d(m * n * 4) {
+    const a4w4_device gpu = a4w4_cuda(0);
+    EXPECT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
+    EXPECT_EQ(cudaMemset(as.get(), 127, m * k / 32), cudaSuccess);
+    EXPECT_EQ(cudaMemset(pw.get(), 0, sizes.first + offset), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ps.get(), 127, sizes.second + offset), cudaSuccess);
+    ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+    tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+    tb = tensor(static_cast<uint8_t*>(pw.get()) + offset, A4W4_DTYPE_E2M1, n, k, 0, gpu);
+    tbs = tensor(static_cast<uint8_t*>(ps.get()) + offset, A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
+    tb.layout = tbs.layout = layout;
+    td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  }
+  a4w4_status run(a4w4_context ctx, const char* kernel) const {
+    a4w4_gemm_options options;
+    a4w4_gemm_options_init(&options);
+    options.kernel = kernel;
+    return a4w4_gemm(ctx, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr);
+  }
+  std::pair<size_t, size_t> sizes;
+  DeviceBuffer a, as, pw, ps, d;
+  a4w4_tensor ta{}, tas{}, tb{}, tbs{}, td{};
+};
+
 TEST_F(CudaBackend, DispatcherSendsAPreparedBAtLargeMToTheBf16Family) {
   // Before the bf16 family took prepared weights, M >= 65 with a prepared B fell back to
   // cuda.generic (about 10x slower).
-  const a4w4_device gpu = a4w4_cuda(0);
-  const int64_t m = 256, n = 512, k = 1024;
-  size_t wbytes = 0, sbytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &wbytes, &sbytes),
-            A4W4_SUCCESS);
-  DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes), ps(sbytes), d(m * n * 4);
-  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
-  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
-  a4w4_tensor tb = tensor(pw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
-  a4w4_tensor tbs = tensor(ps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
-  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V2;
-  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  const PreparedGemm g(256, 512, 1024, A4W4_LAYOUT_PREPARED_V2);
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);
   a4w4_gemm_choice choice{};
   choice.struct_size = sizeof choice;
-  ASSERT_EQ(a4w4_gemm_choose(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, &choice),
+  ASSERT_EQ(a4w4_gemm_choose(ctx_, &g.ta, &g.tas, &g.tb, &g.tbs, nullptr, nullptr, &g.td, &options,
+                             &choice),
             A4W4_SUCCESS)
       << a4w4_last_error_message();
   EXPECT_EQ(std::string(choice.kernel).rfind("cuda.bf16_", 0), 0u) << choice.kernel;
@@ -957,33 +987,11 @@ TEST_F(CudaBackend, DispatcherSendsAPreparedBAtLargeMToTheBf16Family) {
 TEST_F(CudaBackend, Bf16FamilyRefusesAMisalignedPreparedB) {
   // A prepared B 4 bytes past a 16-byte boundary cannot be a TMA base: refused with the reason, and
   // the dispatcher runs another kernel.
-  const a4w4_device gpu = a4w4_cuda(0);
-  const int64_t m = 100, n = 64, k = 256;
-  size_t wbytes = 0, sbytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &wbytes, &sbytes),
-            A4W4_SUCCESS);
-  DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes + 16), ps(sbytes + 16), d(m * n * 4);
-  ASSERT_EQ(cudaMemset(a.get(), 0, m * k / 2), cudaSuccess);
-  ASSERT_EQ(cudaMemset(as.get(), 127, m * k / 32), cudaSuccess);
-  ASSERT_EQ(cudaMemset(pw.get(), 0, wbytes + 16), cudaSuccess);
-  ASSERT_EQ(cudaMemset(ps.get(), 127, sbytes + 16), cudaSuccess);
-  a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
-  a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
-  a4w4_tensor tb = tensor(static_cast<uint8_t*>(pw.get()) + 4, A4W4_DTYPE_E2M1, n, k, 0, gpu);
-  a4w4_tensor tbs = tensor(static_cast<uint8_t*>(ps.get()) + 4, A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
-  tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V2;
-  a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
-  a4w4_gemm_options options;
-  a4w4_gemm_options_init(&options);
-  options.kernel = "cuda.bf16_128x128";
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  const PreparedGemm g(100, 64, 256, A4W4_LAYOUT_PREPARED_V2, 4);
+  EXPECT_EQ(g.run(ctx_, "cuda.bf16_128x128"), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
   EXPECT_NE(std::string(a4w4_last_error_message()).find("16 bytes"), std::string::npos)
       << a4w4_last_error_message();
-  options.kernel = nullptr;
-  EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-            A4W4_SUCCESS)
-      << a4w4_last_error_message();
+  EXPECT_EQ(g.run(ctx_, nullptr), A4W4_SUCCESS) << a4w4_last_error_message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
@@ -1216,30 +1224,14 @@ TEST_F(CudaBackend, AVersion1PreparedBRunsOnTheGenericKernel) {
     if (HasFatalFailure()) return;
   }
   // Each fast kernel at an M it takes.
-  const a4w4_device gpu = a4w4_cuda(0);
-  const int64_t n = 64, k = 256;
-  size_t wbytes = 0, sbytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V1, &wbytes, &sbytes),
-            A4W4_SUCCESS);
   const std::pair<const char*, int64_t> kernels[] = {{"cuda.gemv", 1},
                                                      {"cuda.skinny", 8},
                                                      {"cuda.decode", 8},
                                                      {"cuda.bf16_128x128", 100},
                                                      {"cuda.int8_128x128", 100}};
   for (const auto& [kernel, m] : kernels) {
-    DeviceBuffer a(m * k / 2), as(m * k / 32), pw(wbytes), ps(sbytes), d(m * n * 4);
-    a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
-    a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
-    a4w4_tensor tb = tensor(pw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
-    a4w4_tensor tbs = tensor(ps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
-    tb.layout = tbs.layout = A4W4_LAYOUT_PREPARED_V1;
-    a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
-    a4w4_gemm_options options;
-    a4w4_gemm_options_init(&options);
-    options.kernel = kernel;
-    EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
-              A4W4_ERROR_KERNEL_NOT_APPLICABLE)
-        << kernel;
+    const PreparedGemm g(m, 64, 256, A4W4_LAYOUT_PREPARED_V1);
+    EXPECT_EQ(g.run(ctx_, kernel), A4W4_ERROR_KERNEL_NOT_APPLICABLE) << kernel;
     EXPECT_NE(std::string(a4w4_last_error_message()).find("version 1"), std::string::npos)
         << kernel << ": " << a4w4_last_error_message();
   }
