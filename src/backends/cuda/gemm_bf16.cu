@@ -3,15 +3,16 @@
 // A CTA loops over 128 x kTileN tiles of D with three warpgroups (kTileN = 256 or 128: two
 // registered kernels, cuda.bf16_128x256 and cuda.bf16_128x128, which the dispatcher chooses
 // between):
-// - the converter warpgroup: its thread 0 keeps a 4-deep ring of raw stages (the packed E2M1
-//   bytes of a K step of 64 of the tile's B rows) filled by TMA; all 128 threads turn each raw
-//   stage into bf16 with the block scales folded into the exponents (PRMT tables, one per scale
-//   byte, built per tile in shared memory), written 128-byte swizzled into the B part of a ring of
-//   bf16 stages for wgmma. Conversion is the bottleneck (24K values per step for a 128x256 tile
-//   against 2M MACs, about 70 integer instructions per 32-value block), so it overlaps the MMAs.
-//   The scale bytes (one per row and block) are read with plain loads ahead of use: TMA boxes need
-//   16-byte rows, which short K would not give. A prepared B (A4W4_LAYOUT_PREPARED_V2) comes in
-//   the same raw stages through a 4D tensor map over its tiles, its scales from the tiles' words.
+// - the converter warpgroup: its thread 0 keeps a 2-deep ring of raw stages (the packed E2M1
+//   bytes of a 128-K tile of the tile's B rows, 64-byte swizzled) filled by TMA; all 128 threads
+//   turn each raw stage into two K steps of bf16 with the block scales folded into the exponents
+//   (PRMT tables, one per scale byte, built per tile in shared memory), written 128-byte swizzled
+//   into the B part of a ring of bf16 stages for wgmma. Conversion is the bottleneck (24K values
+//   per step for a 128x256 tile against 2M MACs, about 70 integer instructions per 32-value
+//   block), so it overlaps the MMAs. The scales (a word of 4 blocks per row and K tile) are read
+//   with plain loads ahead of use: TMA boxes need 16-byte rows, which short K would not give. A
+//   prepared B (A4W4_LAYOUT_PREPARED_V2) comes in the same raw stages through a 4D tensor map over
+//   its tiles, its scales from the tiles' words.
 // - two consumer warpgroups (64 rows of the tile each) convert their own A rows of each step (one
 //   block per thread, from a raw ring of their own that their thread 0 fills by TMA) into the A
 //   part of the bf16 stage, then issue wgmma m64nNk16 on it, keep one step of MMAs in flight, and
@@ -55,7 +56,7 @@ namespace a4w4::cuda {
 namespace {
 
 constexpr int kTileM = 128, kStepK = 64;
-constexpr int kRawStages = 4;  // TMA lands about two steps after issue (B's ring and each A ring)
+constexpr int kRawStages = 4;  // TMA lands about two steps after issue (each A ring; B's in K tiles)
 // bf16 stages: the MMAs in flight hold two (wait depth 1), the converters write the next ones; as
 // many as fit beside the raw ring (Layout::kStages).
 constexpr int kMaxStages = 4;
@@ -107,7 +108,11 @@ template <int kTileN>
 struct Layout {
   static constexpr int kRows = kTileM + kTileN;    // A rows, then B rows, in every stage
   static constexpr int kStageBytes = kRows * 128;  // 64 bf16 per row, swizzled
-  static constexpr int kRawBytes = kTileN * 32;    // B's raw stage: 64 E2M1 per row
+  // B's raw stages: one 128-K tile each (kTileN rows of 64 bytes, 64-byte swizzled), kRawTiles
+  // deep in the bytes of kRawStages 64-K steps (the A rings' depth).
+  static constexpr int kRawBytes = kTileN * 32;
+  static constexpr int kRawTileBytes = 2 * kRawBytes;
+  static constexpr int kRawTiles = kRawStages / 2;
   static constexpr int kRawABytes = 64 * 32;             // a consumer warpgroup's A rows
   static constexpr int kStages = kTileN == 256 ? 3 : 4;  // 48 or 32 KB each
   static constexpr int kRawOffset = kStages * kStageBytes;
@@ -122,7 +127,7 @@ struct Layout {
   // Converter thread c takes the blocks b = c + 128 j of B's raw stage (row b / 2, half b % 2):
   // its raw loads are consecutive across the warp and its swizzled stores conflict-free. Consumer
   // thread t takes block t of its warpgroup's 64 A rows the same way.
-  static constexpr int kBlocksPerThread = 2 * kTileN / kWarpgroup;
+  static constexpr int kRowsPerThread = kTileN / kWarpgroup;  // B's rows per converter thread
   static constexpr int kAcc = kTileN / 2;  // fp32 accumulators per thread
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kTileN % kWarpgroup == 0);
   static_assert(kStages <= kMaxStages);
@@ -245,17 +250,21 @@ __device__ __forceinline__ uint32_t max_byte(uint32_t x) {
 }
 
 // The converter warpgroup (threads 0..127): B's rows, plain or (kTiled) prepared version 2, whose
-// raw stages the 4D tensor map lands in the plain ones' order.
+// raw stages the 4D tensor map lands in the plain ones' order. A raw stage is one 128-K tile of
+// the tile's kTileN rows, 64 bytes each, which TMA swizzles by 64 bytes (16-byte chunk q of row r
+// at chunk q ^ ((r / 2) % 4)): converter thread c reads rows c + 128 j whole (four 16-byte loads
+// each; a quarter-warp's eight rows fall in eight bank groups), releases the stage at once,
+// converts blocks 0, 1 into the first K step's bf16 stage and blocks 2, 3 into the second.
 template <int kTileN, bool kTiled>
 __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, uint8_t* smem,
                               Control& ctl, const fold::StagedVerdicts& skip) {
   using L = Layout<kTileN>;
-  constexpr int kRing = kRawStages;
-  constexpr int kLoadBytes = L::kRawBytes;
+  constexpr int kRing = L::kRawTiles;
+  constexpr int kLoadBytes = L::kRawTileBytes;
   const int c = threadIdx.x, warp = c / 32;
   const int steps = static_cast<int>(p.k / kStepK), blocks = static_cast<int>(p.k / 32);
   const int k_tiles = static_cast<int>(layout::k_tiles(p.k));
-  const int loads = steps;              // raw stages per tile of D
+  const int loads = k_tiles;            // raw stages per tile of D
   uint32_t raw_use = 0, stage_use = 0;  // uses of the rings so far: slot and phase
   int local = 0;
   for (int tile = own_tile<kTileN>(p, blockIdx.x, skip);
@@ -263,18 +272,18 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
        tile = own_tile<kTileN>(p, tile + gridDim.x, skip), ++local) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
-    // Raw stage `load` (a K step) into the slot of ring use `use`, once every converter has read
-    // the slot's previous contents.
+    // Raw stage `load` (a 128-K tile) into the slot of ring use `use`, once every converter has
+    // read the slot's previous contents.
     auto issue = [&](uint32_t use, int load) {
       const uint32_t slot = use % kRing;
       pipeline::wait(&ctl.raw_empty[slot], ((use / kRing) & 1) ^ 1);
       pipeline::arrive_expect_tx(&ctl.raw_full[slot], kLoadBytes);
       if constexpr (kTiled) {
         pipeline::tma_load_4d(smem + L::kRawOffset + slot * kLoadBytes, map_b, &ctl.raw_full[slot],
-                              32 * (load % 2), 0, load / 2, static_cast<int>(n0 / 16));
+                              0, 0, load, static_cast<int>(n0 / 16));
       } else {
         pipeline::tma_load_2d(smem + L::kRawOffset + slot * kLoadBytes, map_b, &ctl.raw_full[slot],
-                              32 * load, static_cast<int>(n0));
+                              64 * load, static_cast<int>(n0));
       }
     };
     // The first loads fly during the pre-pass (and are dropped if the tile is not foldable).
@@ -337,56 +346,68 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
       continue;
     }
 
-    {
-      // Raw block b = c + 128 j is half b % 2 of B row n0 + b / 2, stage row kTileM + b / 2. The
-      // scale byte of each block (block c % 2 of its row's K step); nullptr past N. A prepared B
-      // holds a row's scales of K tile t in one word, 64 bytes after tile t - 1's.
-      const uint8_t* scale_blocks[L::kBlocksPerThread];
+    // Thread c's rows n0 + c + 128 j: their scale words (blocks 0..3 of a K tile in bytes 0..3;
+    // nullptr past N, whose zero-filled rows convert with e = 0).
+    const uint8_t* scale_rows[L::kRowsPerThread];
 #pragma unroll
-      for (int j = 0; j < L::kBlocksPerThread; ++j) {
-        const int64_t row = n0 + (c + kWarpgroup * j) / 2;
-        const int64_t offset = kTiled ? layout::prepared_scale_offset(row, c % 2, k_tiles)
-                                      : row * p.b.scale_stride + c % 2;
-        scale_blocks[j] = row < p.n ? p.b.scale + offset : nullptr;
-      }
-      auto load_scales = [&](int step, uint32_t(&out)[L::kBlocksPerThread]) {
-        const int offset =
-            kTiled ? static_cast<int>(layout::kTileScaleBytes) * (step / 2) + 2 * (step % 2)
-                   : 2 * step;
+    for (int j = 0; j < L::kRowsPerThread; ++j) {
+      const int64_t row = n0 + c + kWarpgroup * j;
+      const int64_t offset =
+          kTiled ? layout::prepared_scale_offset(row, 0, k_tiles) : row * p.b.scale_stride;
+      scale_rows[j] = row < p.n ? p.b.scale + offset : nullptr;
+    }
+    const bool scale_words = fold::scale_words(p.b);
+    auto tile_scales = [&](int t, uint32_t(&out)[L::kRowsPerThread]) {
 #pragma unroll
-        for (int j = 0; j < L::kBlocksPerThread; ++j)  // e = 0 on the zero-filled rows
-          out[j] = scale_blocks[j] != nullptr ? __ldg(scale_blocks[j] + offset)
-                                              : static_cast<uint32_t>(centre[1]);
-      };
-      uint32_t scales_next[L::kBlocksPerThread];
-      load_scales(0, scales_next);
-      for (int step = 0; step < steps; ++step, ++raw_use, ++stage_use) {
-        const uint32_t raw_slot = raw_use % kRawStages;
-        pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRawStages) & 1);
-        const uint8_t* raw = smem + L::kRawOffset + raw_slot * L::kRawBytes;
-        uint4 codes[L::kBlocksPerThread];
-        uint32_t scales[L::kBlocksPerThread];
-#pragma unroll
-        for (int j = 0; j < L::kBlocksPerThread; ++j) {
-          codes[j] = reinterpret_cast<const uint4*>(raw)[c + kWarpgroup * j];
-          scales[j] = scales_next[j];
+      for (int j = 0; j < L::kRowsPerThread; ++j) {
+        if (scale_rows[j] == nullptr) {
+          out[j] = static_cast<uint32_t>(centre[1]) * 0x01010101u;
+        } else if constexpr (kTiled) {
+          out[j] = __ldg(reinterpret_cast<const uint32_t*>(scale_rows[j] +
+                                                           layout::kTileScaleBytes * int64_t{t}));
+        } else {
+          out[j] = fold::scale_word(scale_rows[j], t, blocks, scale_words);
         }
-        pipeline::arrive(&ctl.raw_empty[raw_slot]);
-        if (step + 1 < steps) load_scales(step + 1, scales_next);
-        // Refill the slot of the previous step (read by the other warps by now, most likely).
-        if (c == 0 && step > 0 && step - 1 + kRawStages < steps)
-          issue(raw_use - 1 + kRawStages, step - 1 + kRawStages);
-
-        const uint32_t stage_slot = stage_use % L::kStages;
-        pipeline::wait(&ctl.empty[stage_slot], ((stage_use / L::kStages) & 1) ^ 1);
-        uint8_t* stage = smem + stage_slot * L::kStageBytes;
-#pragma unroll
-        for (int j = 0; j < L::kBlocksPerThread; ++j)
-          store_block(codes[j], b_tables[scales[j]], stage, kTileM + (c + kWarpgroup * j) / 2,
-                      c % 2);
-        wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
-        pipeline::arrive(&ctl.full[stage_slot]);
       }
+    };
+    // K step 2 t + h: blocks 2 h, 2 h + 1 of each row into the next bf16 stage.
+    auto convert_step = [&](const uint4(&codes)[L::kRowsPerThread][4],
+                            const uint32_t(&scales)[L::kRowsPerThread], int h) {
+      const uint32_t stage_slot = stage_use % L::kStages;
+      pipeline::wait(&ctl.empty[stage_slot], ((stage_use / L::kStages) & 1) ^ 1);
+      uint8_t* stage = smem + stage_slot * L::kStageBytes;
+#pragma unroll
+      for (int j = 0; j < L::kRowsPerThread; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          store_block(codes[j][2 * h + half], b_tables[(scales[j] >> (16 * h + 8 * half)) & 0xFFu],
+                      stage, kTileM + c + kWarpgroup * j, half);
+      wgmma::fence_shared_for_async();  // st.shared before the wgmmas' async-proxy reads
+      pipeline::arrive(&ctl.full[stage_slot]);
+      ++stage_use;
+    };
+    uint32_t scales_next[L::kRowsPerThread];
+    tile_scales(0, scales_next);
+    for (int t = 0; t < k_tiles; ++t, ++raw_use) {
+      const uint32_t raw_slot = raw_use % kRing;
+      pipeline::wait(&ctl.raw_full[raw_slot], (raw_use / kRing) & 1);
+      const uint8_t* raw = smem + L::kRawOffset + raw_slot * kLoadBytes;
+      uint4 codes[L::kRowsPerThread][4];
+      uint32_t scales[L::kRowsPerThread];
+#pragma unroll
+      for (int j = 0; j < L::kRowsPerThread; ++j) {
+        const int r = c + kWarpgroup * j;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          codes[j][q] = *reinterpret_cast<const uint4*>(raw + r * 64 + 16 * (q ^ ((r / 2) % 4)));
+        scales[j] = scales_next[j];
+      }
+      pipeline::arrive(&ctl.raw_empty[raw_slot]);
+      if (t + 1 < k_tiles) tile_scales(t + 1, scales_next);
+      convert_step(codes, scales, 0);
+      // Refill this slot (every converter has most likely read it by now) with K tile t + kRing.
+      if (c == 0 && t + kRing < k_tiles) issue(raw_use + kRing, t + kRing);
+      if (2 * t + 1 < steps) convert_step(codes, scales, 1);
     }
   }
 }
@@ -551,9 +572,11 @@ void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, n
                            static_cast<int>(L::kBytes)),
       "cudaFuncSetAttribute(gemm_bf16_kernel)");
   const CUtensorMap map_a = packed_map(p.a, p.m, p.k, kTileM / 2);  // per consumer warpgroup
-  const CUtensorMap map_b = p.b.layout == A4W4_LAYOUT_PLAIN
-                                ? packed_map(p.b, p.n, p.k, kTileN)
-                                : tma::prepared_map(p.b, p.n, p.k, 32, kTileN, "cuda.bf16");
+  // B in 128-K tiles, 64-byte swizzled (convert_tiles).
+  const CUtensorMap map_b =
+      p.b.layout == A4W4_LAYOUT_PLAIN
+          ? tma::packed_map(p.b, p.n, p.k, 64, kTileN, "cuda.bf16", CU_TENSOR_MAP_SWIZZLE_64B)
+          : tma::prepared_map(p.b, p.n, p.k, 64, kTileN, "cuda.bf16", CU_TENSOR_MAP_SWIZZLE_64B);
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
   gemm_bf16_kernel<kTileN>

@@ -56,11 +56,12 @@ inline CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const u
 // `box_bytes` bytes of K (2 values each) by `box_rows` rows; rows and bytes past the end read as
 // zeros.
 inline CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box_bytes,
-                              int box_rows, const char* family) {
+                              int box_rows, const char* family,
+                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k / 2), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.stride_bytes)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes), static_cast<cuuint32_t>(box_rows)};
-  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, op.data, dims, strides, box, family);
+  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, op.data, dims, strides, box, family, swizzle);
 }
 
 // A prepared B of version 2 (numerics/weight_layout.h) as a 4D tensor of bytes: a row's 64 bytes
@@ -69,7 +70,8 @@ inline CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, 
 // plain_map's box of the same rows: the kernels read both alike. Coordinates: {(k % 128) / 2, 0,
 // k / 128, n / 16}. Groups past the end (rows past N rounded up to 16) read as zeros.
 inline CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k, int box_bytes,
-                                int box_rows, const char* family) {
+                                int box_rows, const char* family,
+                                CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const int64_t k_tiles = layout::k_tiles(k);
   const cuuint64_t dims[4] = {layout::kRowRunBytes, layout::kTileRows,
                               static_cast<cuuint64_t>(k_tiles),
@@ -78,7 +80,7 @@ inline CUtensorMap prepared_map(const PackedOperand& op, int64_t rows, int64_t k
                                  static_cast<cuuint64_t>(k_tiles * layout::kTileBytes)};
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_bytes), layout::kTileRows, 1,
                              static_cast<cuuint32_t>(box_rows / layout::kTileRows)};
-  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, op.data, dims, strides, box, family);
+  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, op.data, dims, strides, box, family, swizzle);
 }
 
 // Whether TMA can load a plain packed operand's rows: 16-byte aligned base and row stride, the
