@@ -875,7 +875,7 @@ int64_t resident_ctas(int splits, int ordinal) {
 
 // K partitions per column tile (a cluster's CTAs): a power of two up to 8 (clusters of 3, 5, 6 or
 // 7 CTAs measured slower than both neighbouring powers of two), each partition keeping at least
-// 4 K tiles.
+// 4 K tiles (5 at 64 activation rows).
 // - Up to 64 activation rows (one token tile, 3 to 5 CTAs per SM): at least two where K allows.
 //   CTAs that finish at different times let the scheduler level the SMs' work, where a grid of one
 //   CTA per column tile leaves some SMs a CTA more than others until the end. Then doubling while
@@ -902,7 +902,13 @@ int choose_splits(const GemmProblem& p) {
   const auto resident = [&](int splits) {
     return resident_ctas<kTokens, kTiled, kStaged>(splits, p.device.ordinal);
   };
-  const auto allowed = [&](int splits) { return splits <= kMaxSplits && tiles / splits >= 4; };
+  // At 64 activation rows a partition's start and reduction cost more: at least 5 K tiles each
+  // (H200: 64 x 2880 x 4096 took 15.4 us in 8 partitions of 4 tiles, 14.1 in 4 of 8; shapes that
+  // split into partitions of 5 or more tiles ran the same).
+  constexpr int kMinTiles = kTokens == kMaxUnstagedTokens ? 5 : 4;
+  const auto allowed = [&](int splits) {
+    return splits <= kMaxSplits && tiles / splits >= kMinTiles;
+  };
   if constexpr (kTokens < kMaxTokens) {
     const int64_t sms = device_info(p.device.ordinal).sm_count;
     int splits = allowed(2) ? 2 : 1;
