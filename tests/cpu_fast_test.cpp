@@ -227,11 +227,14 @@ std::vector<uint8_t> run_gemm(a4w4_context ctx, const GemmCase& c, const GemmOpe
   return d.bytes;
 }
 
-// The fast kernels this CPU can run, by name.
-std::vector<const char*> fast_gemm_kernels(int64_t m, bool prepared) {
+// The fast kernels this CPU can run that take the case, by name (the GEMV path reads plain or
+// version-2 rows).
+std::vector<const char*> fast_gemm_kernels(int64_t m, bool prepared,
+                                           a4w4_layout layout = A4W4_LAYOUT_PREPARED_V2) {
   std::vector<const char*> out;
   if (a4w4::cpu::isa_supported(Isa::kAvx512Vnni)) {
-    if (m <= 4 && !prepared) out.push_back("cpu.gemv_avx512vnni");
+    if (m <= 4 && (!prepared || layout == A4W4_LAYOUT_PREPARED_V2))
+      out.push_back("cpu.gemv_avx512vnni");
     out.push_back("cpu.gemm_avx512vnni");
   }
   if (a4w4::cpu::isa_supported(Isa::kAvx2)) out.push_back("cpu.gemm_avx2");
@@ -259,7 +262,7 @@ void expect_identical(a4w4_context ctx, const GemmCase& c) {
   GemmCase ref_case = c;
   ref_case.threads = 1;
   const std::vector<uint8_t> want = run_gemm(ctx, ref_case, o, "cpu.reference");
-  for (const char* kernel : fast_gemm_kernels(c.m, c.prepared_b)) {
+  for (const char* kernel : fast_gemm_kernels(c.m, c.prepared_b, c.prepared_layout)) {
     const std::vector<uint8_t> got = run_gemm(ctx, c, o, kernel);
     EXPECT_EQ(first_difference(got, want, c.d_dtype), -1)
         << (kernel ? kernel : "(dispatch)") << " differs from cpu.reference at that element of D";
@@ -337,8 +340,8 @@ TEST_F(CpuFast, NamedKernelsThatCannotRunAreRefused) {
     EXPECT_EQ(a4w4_gemm(ctx_, &ad, &asd, &bd, &bsd, nullptr, nullptr, &dd, &options, nullptr),
               A4W4_ERROR_KERNEL_NOT_APPLICABLE);
   }
-  // Prepared B named for the GEMV path.
-  const Prepared prepared = prepare(ctx_, b);
+  // A prepared B of version 1 named for the GEMV path.
+  const Prepared prepared = prepare(ctx_, b, A4W4_LAYOUT_PREPARED_V1);
   const Mx a1 = random_mx(rng, 1, 64, {});
   const a4w4_tensor a1d = a1.values_desc(), a1sd = a1.scales_desc();
   FloatBuf d1 = float_buf(A4W4_DTYPE_F32, 1, 8, 8);

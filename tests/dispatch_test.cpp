@@ -370,7 +370,7 @@ TEST(Chooser, AnEntryThatDoesNotApplyIsWarnedOnceAndTheHeuristicServes) {
   const TunedTable table(kHeader + "cpu,8,4,64,256,cpu.gemv_avx512vnni,0,1,1\n", "t.csv", kDevices);
   EXPECT_TRUE(table.warnings().empty());
   GemmProblem prepared = problem(4, 64, 256);
-  prepared.b.layout = A4W4_LAYOUT_PREPARED_V2;  // the GEMV path takes plain B only
+  prepared.b.layout = A4W4_LAYOUT_PREPARED_V1;  // the GEMV path takes plain or version-2 B only
   for (int i = 0; i < 3; ++i) {
     const GemmChoice c = choose(prepared, &table);
     EXPECT_EQ(c.source, A4W4_CHOICE_HEURISTIC);

@@ -33,7 +33,9 @@
 #include "backends/cpu/decode_tables.h"
 #include "backends/cpu/epilogue.h"
 #include "backends/cpu/fast.h"
+#include "backends/cpu/pack.h"
 #include "numerics/mx.h"
+#include "numerics/weight_layout.h"
 
 namespace a4w4::cpu {
 namespace {
@@ -293,10 +295,24 @@ A4W4_TARGET_GEMV void gemv_rows(const GemvArgs& g, int64_t n) {
   const GemvA& a = *g.a;
   const uint8_t* brow[kR];
   const uint8_t* srow[kR];
+  // A prepared (version 2) B: the rows are gathered from their tiles' 64-byte runs and scale words
+  // first (into this thread's buffer, in L1), so the loops below read plain rows.
+  thread_local std::vector<uint8_t> gathered;
+  const int64_t k_tiles = layout::k_tiles(p.k);
+  const int64_t run_bytes = k_tiles * layout::kRowRunBytes;
+  const int64_t gathered_row = run_bytes + k_tiles * layout::kTileBlocks;
+  if (p.b.layout == A4W4_LAYOUT_PREPARED_V2)
+    gathered.resize(static_cast<size_t>(kR * gathered_row));
   for (int r = 0; r < kR; ++r) {
     const int64_t row = std::min<int64_t>(n + r, p.n - 1);
-    brow[r] = p.b.data + row * p.b.stride_bytes;
-    srow[r] = p.b.scale + row * p.b.scale_stride;
+    if (p.b.layout == A4W4_LAYOUT_PREPARED_V2) {
+      uint8_t* codes = gathered.data() + r * gathered_row;
+      gather_tiled_row(p.b, row, k_tiles, codes, codes + run_bytes);
+      brow[r] = codes, srow[r] = codes + run_bytes;
+    } else {
+      brow[r] = p.b.data + row * p.b.stride_bytes;
+      srow[r] = p.b.scale + row * p.b.scale_stride;
+    }
   }
   double total[kR][kM] = {}, partial[kR][kM] = {};
   bool nan_row[kR] = {};
@@ -348,8 +364,8 @@ constexpr RowKernel kRowKernels[kMaxRows] = {gemv_rows<1, kRowsPerStep>, gemv_ro
 std::string gemv_avx512_vnni_why_not(const GemmProblem& p) {
   if (!isa_supported(Isa::kAvx512Vnni)) return "the CPU lacks AVX-512 VNNI/VBMI";
   if (p.m > kMaxRows) return "M > 4 (the GEMV path takes M <= 4)";
-  if (p.b.layout != A4W4_LAYOUT_PLAIN)
-    return "B is in a prepared layout (the GEMV path streams plain B)";
+  if (p.b.layout != A4W4_LAYOUT_PLAIN && p.b.layout != A4W4_LAYOUT_PREPARED_V2)
+    return "B is in prepared layout version 1 (the GEMV path reads plain or version-2 rows)";
   return {};
 }
 

@@ -13,16 +13,33 @@ PlainRow plain_row(const PackedOperand& op, int64_t row, int64_t blocks,
                    std::vector<uint8_t>& scratch) {
   if (op.layout == A4W4_LAYOUT_PLAIN)
     return {op.data + row * op.stride_bytes, op.scale + row * op.scale_stride, 1};
-  // Prepared (GPU tile) layout: gather the row back into plain order.
+  // Prepared (GPU tile) layout: gather the row back into plain order. Version 2 holds it in runs
+  // of 64 bytes (and 4 scale bytes) per K tile, copied whole (the padding past K is zeros).
   const int64_t k = blocks * numerics::kBlockSize, k_tiles = layout::k_tiles(k);
-  scratch.resize(static_cast<size_t>(k / 2 + blocks));
+  scratch.resize(static_cast<size_t>(k_tiles * (layout::kRowRunBytes + layout::kTileBlocks)));
   uint8_t* bytes = scratch.data();
-  uint8_t* scales = bytes + k / 2;
+  uint8_t* scales = bytes + k_tiles * layout::kRowRunBytes;
+  if (op.layout == A4W4_LAYOUT_PREPARED_V2) {
+    gather_tiled_row(op, row, k_tiles, bytes, scales);
+    return {bytes, scales, 1};
+  }
   for (int64_t i = 0; i < k; i += 2)
     bytes[i / 2] = op.data[layout::prepared_weight_offset(op.layout, row, i, k_tiles)];
   for (int64_t b = 0; b < blocks; ++b)
     scales[b] = op.scale[layout::prepared_scale_offset(row, b, k_tiles)];
   return {bytes, scales, 1};
+}
+
+void gather_tiled_row(const PackedOperand& op, int64_t row, int64_t k_tiles, uint8_t* codes,
+                      uint8_t* scales) {
+  for (int64_t t = 0; t < k_tiles; ++t) {
+    std::memcpy(codes + t * layout::kRowRunBytes, op.data + layout::row_run_offset(row, t, k_tiles),
+                layout::kRowRunBytes);
+    if (scales != nullptr)
+      std::memcpy(scales + t * layout::kTileBlocks,
+                  op.scale + layout::prepared_scale_offset(row, t * layout::kTileBlocks, k_tiles),
+                  layout::kTileBlocks);
+  }
 }
 
 void pack_a_group(const PackedOperand& a, int64_t rows, int64_t blocks, int64_t group,
@@ -72,14 +89,27 @@ void pack_b_panel(const PackedOperand& b, int64_t rows, int64_t blocks, int64_t 
       }
       continue;
     }
-    // Four whole plain columns at once through the ISA's packer, when it has one.
-    if (pack_four != nullptr && j % 4 == 0 && row + 3 < rows && b.layout == A4W4_LAYOUT_PLAIN) {
+    // Four whole columns at once through the ISA's packer, when it has one: plain rows, or a
+    // prepared version-2 B's rows gathered from their tiles first (64-byte runs).
+    const bool four_at_once = pack_four != nullptr && (b.layout == A4W4_LAYOUT_PLAIN ||
+                                                       b.layout == A4W4_LAYOUT_PREPARED_V2);
+    if (four_at_once && j % 4 == 0 && row + 3 < rows) {
       const uint8_t* four[4];
-      for (int c = 0; c < 4; ++c) four[c] = b.data + (row + c) * b.stride_bytes;
-      pack_four(four, blocks, values + j * 4);
+      if (b.layout == A4W4_LAYOUT_PLAIN) {
+        for (int c = 0; c < 4; ++c) four[c] = b.data + (row + c) * b.stride_bytes;
+      } else {
+        const int64_t k_tiles = (blocks + layout::kTileBlocks - 1) / layout::kTileBlocks;
+        const int64_t row_bytes = k_tiles * layout::kRowRunBytes;
+        row_scratch.resize(static_cast<size_t>(4 * row_bytes));
+        for (int c = 0; c < 4; ++c) {
+          uint8_t* out = row_scratch.data() + c * row_bytes;
+          gather_tiled_row(b, row + c, k_tiles, out, nullptr);
+          four[c] = out;
+        }
+      }
+      pack_four(four, blocks, values + j * 4);  // before plain_row reuses row_scratch
     }
-    const bool values_done =
-        pack_four != nullptr && row - j % 4 + 3 < rows && b.layout == A4W4_LAYOUT_PLAIN;
+    const bool values_done = four_at_once && row - j % 4 + 3 < rows;
     const PlainRow src = plain_row(b, row, blocks, row_scratch);
     for (int64_t blk = 0; blk < blocks; ++blk) {
       if (!values_done) {
