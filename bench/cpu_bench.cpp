@@ -114,14 +114,28 @@ void set_gemm_counters(benchmark::State& state, int64_t m, int64_t n, int64_t k)
   state.counters["threads"] = hardware_threads();
 }
 
-// a4w4_gemm: `kernel` nullptr = dispatch (the fast path), or a kernel name.
-void BM_a4w4_gemm(benchmark::State& state, const char* kernel) {
+// a4w4_gemm: `kernel` nullptr = dispatch (the fast path), or a kernel name; B plain or prepared
+// (a4w4_prepare_weight before the timing) in `layout`.
+void BM_a4w4_gemm(benchmark::State& state, const char* kernel,
+                  a4w4_layout layout = A4W4_LAYOUT_PLAIN) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const MxMatrix& a = mx_matrix(m, k, 1);
   const MxMatrix& b = mx_matrix(n, k, 2);
   std::vector<float> d(static_cast<size_t>(m * n));
-  const a4w4_tensor ad = a.values_desc(), asd = a.scales_desc(), bd = b.values_desc(),
-                    bsd = b.scales_desc();
+  const a4w4_tensor ad = a.values_desc(), asd = a.scales_desc();
+  a4w4_tensor bd = b.values_desc(), bsd = b.scales_desc();
+  std::vector<uint8_t> prepared, prepared_scales;
+  if (layout != A4W4_LAYOUT_PLAIN) {
+    size_t weight_bytes = 0, scale_bytes = 0;
+    check(a4w4_prepared_weight_size(n, k, layout, &weight_bytes, &scale_bytes), "size");
+    prepared.resize(weight_bytes), prepared_scales.resize(scale_bytes);
+    a4w4_tensor pd = a4w4_tensor_2d(prepared.data(), A4W4_DTYPE_E2M1, n, k, 0, a4w4_cpu());
+    a4w4_tensor psd =
+        a4w4_tensor_2d(prepared_scales.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, a4w4_cpu());
+    pd.layout = psd.layout = layout;
+    check(a4w4_prepare_weight(context(0), &bd, &bsd, &pd, &psd, nullptr), "a4w4_prepare_weight");
+    bd = pd, bsd = psd;
+  }
   const a4w4_tensor dd = a4w4_tensor_2d(d.data(), A4W4_DTYPE_F32, m, n, n, a4w4_cpu());
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);
@@ -277,6 +291,27 @@ BENCHMARK(BM_openblas_sgemm)
     ->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_a4w4_gemm, reference, "cpu.reference")
     ->Args({1, 8192, 8192})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+// A prepared B (a4w4_prepare_weight, both layout versions) against the plain one.
+BENCHMARK_CAPTURE(BM_a4w4_gemm, fast, nullptr)
+    ->Args({4, 4096, 4096})
+    ->Args({64, 4096, 4096})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+BENCHMARK_CAPTURE(BM_a4w4_gemm, prepared_v2, nullptr, A4W4_LAYOUT_PREPARED_V2)
+    ->Args({1, 8192, 8192})
+    ->Args({4, 4096, 4096})
+    ->Args({64, 4096, 4096})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+BENCHMARK_CAPTURE(BM_a4w4_gemm, prepared_v1, nullptr, A4W4_LAYOUT_PREPARED_V1)
+    ->Args({1, 8192, 8192})
+    ->Args({4, 4096, 4096})
+    ->Args({64, 4096, 4096})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
     ->MinTime(1.0);
