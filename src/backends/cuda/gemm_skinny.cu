@@ -590,6 +590,30 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   constexpr bool kDeferExact = kStaged && kTokens == kMaxUnstagedTokens;
   bool deferred_exact = false;  // warp-uniform
 
+  // Fast path for the warp: its existing rows fold (their bases and whether they fold), every
+  // activation row folds, and fp32 holds the products for the bases present (the record's range).
+  const auto warp_fast = [&](const BaseRange& bases, bool ok_g, uint32_t base_g, bool ok_h,
+                             uint32_t base_h) {
+    const auto in_range = [&](uint32_t base) {
+      return static_cast<int>(base) >= bases.need && static_cast<int>(base) <= bases.allow;
+    };
+    const bool lane_ok =
+        (!g_exists || (ok_g && in_range(base_g))) && (!h_exists || (ok_h && in_range(base_h)));
+    return __all_sync(0xFFFFFFFFu, lane_ok);
+  };
+  // The exact path for K tile `tile` with its record (in_workspace: the record in global memory).
+  const auto exact_tile_of = [&](int tile, const WeightRaw& raw, const uint8_t* activation_record,
+                                 auto in_workspace) {
+    if (!any_exact) {
+      for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
+      any_exact = true;
+    }
+    const int valid = blocks - 4 * tile < 4 ? blocks - 4 * tile : 4;
+    exact_tile<kTokens, decltype(in_workspace)::value>(
+        raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
+        activation_record + R::kExponentOffset, valid, exact);
+  };
+
   const uint64_t slot0_descriptor = wgmma::descriptor(wgmma::shared_address(smem));
   const auto step = [&](int tile, WeightRaw& buffer) {
     const int use = tile - tile_begin, slot = use % kSlots;
@@ -630,16 +654,9 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       wgmma::fence_shared_for_async();
     }
 
-    // Fast path for the warp: its existing rows fold, every activation row folds, and fp32
-    // holds the products for the bases present.
     constexpr int kRanges = kStaged ? 1 : R::kSummaries;  // a staged record's are reduced
-    const BaseRange bases = allowed_bases<kTokens, kRanges>(activation_record);
-    const auto in_range = [&](uint32_t base) {
-      return static_cast<int>(base) >= bases.need && static_cast<int>(base) <= bases.allow;
-    };
-    const bool lane_ok = (!g_exists || (w.ok_g && in_range(w.base_g))) &&
-                         (!h_exists || (w.ok_h && in_range(w.base_h)));
-    const bool fast_path = __all_sync(0xFFFFFFFFu, lane_ok);
+    const bool fast_path = warp_fast(allowed_bases<kTokens, kRanges>(activation_record), w.ok_g,
+                                     w.base_g, w.ok_h, w.base_h);
 
     wgmma::wait<0>();
     wgmma::fence_operands(sums_pos);
@@ -680,15 +697,9 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
     } else if constexpr (kDeferExact) {
       deferred_exact = true;  // redone after the loop
     } else {
-      if (!any_exact) {
-        for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
-        any_exact = true;
-      }
-      const int valid = blocks - 4 * tile < 4 ? blocks - 4 * tile : 4;
       // The tile's weights again (the registers hold tile + kLead now; this path is rare).
-      const WeightRaw raw = source.valid_scales(source.load(tile), tile);
-      exact_tile<kTokens>(raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
-                          activation_record + R::kExponentOffset, valid, exact);
+      exact_tile_of(tile, source.valid_scales(source.load(tile), tile), activation_record,
+                    std::false_type{});
     }
   };
   int tile = tile_begin;
@@ -705,20 +716,9 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
             records + record_offset<kTokens>(token_tile<kTokens>(), tiles, t2);
         const WeightRaw raw = source.valid_scales(source.load(t2), t2);
         const fold::FoldedRow fg = fold::fold_row(raw.scales_g), fh = fold::fold_row(raw.scales_h);
-        const BaseRange bases = allowed_bases<kTokens, 1>(activation_record);
-        const auto in_range = [&](uint32_t base) {
-          return static_cast<int>(base) >= bases.need && static_cast<int>(base) <= bases.allow;
-        };
-        const bool lane_ok = (!g_exists || (fg.ok && in_range(fg.base))) &&
-                             (!h_exists || (fh.ok && in_range(fh.base)));
-        if (__all_sync(0xFFFFFFFFu, lane_ok)) continue;
-        if (!any_exact) {
-          for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
-          any_exact = true;
-        }
-        exact_tile<kTokens, true>(raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
-                                  activation_record + R::kExponentOffset,
-                                  blocks - 4 * t2 < 4 ? blocks - 4 * t2 : 4, exact);
+        if (!warp_fast(allowed_bases<kTokens, 1>(activation_record), fg.ok, fg.base, fh.ok,
+                       fh.base))
+          exact_tile_of(t2, raw, activation_record, std::true_type{});
       }
     }
   }
