@@ -108,15 +108,14 @@ template <int kTileN>
 struct Layout {
   static constexpr int kRows = kTileM + kTileN;    // A rows, then B rows, in every stage
   static constexpr int kStageBytes = kRows * 128;  // 64 bf16 per row, swizzled
-  // B's raw stages: one 128-K tile each (kTileN rows of 64 bytes, 64-byte swizzled), kRawTiles
-  // deep in the bytes of kRawStages 64-K steps (the A rings' depth).
-  static constexpr int kRawBytes = kTileN * 32;
-  static constexpr int kRawTileBytes = 2 * kRawBytes;
+  // B's raw stages: one 128-K tile each (kTileN rows of 64 bytes, 64-byte swizzled), two deep:
+  // the bytes and the lookahead of kRawStages 64-K steps (the A rings' depth).
+  static constexpr int kRawTileBytes = kTileN * 64;
   static constexpr int kRawTiles = kRawStages / 2;
   static constexpr int kRawABytes = 64 * 32;             // a consumer warpgroup's A rows
   static constexpr int kStages = kTileN == 256 ? 3 : 4;  // 48 or 32 KB each
   static constexpr int kRawOffset = kStages * kStageBytes;
-  static constexpr int kRawAOffset = kRawOffset + kRawStages * kRawBytes;
+  static constexpr int kRawAOffset = kRawOffset + kRawTiles * kRawTileBytes;
   static constexpr int kGenericOffset = kRawAOffset + 2 * kRawStages * kRawABytes;
   static constexpr int kTablesOffset =
       kGenericOffset + static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16);
@@ -124,9 +123,8 @@ struct Layout {
   // the converters build the next tile's), then B's.
   static constexpr int kControlOffset = kTablesOffset + 3 * 256 * 16;
   static constexpr size_t kBytes = kControlOffset + sizeof(Control);
-  // Converter thread c takes the blocks b = c + 128 j of B's raw stage (row b / 2, half b % 2):
-  // its raw loads are consecutive across the warp and its swizzled stores conflict-free. Consumer
-  // thread t takes block t of its warpgroup's 64 A rows the same way.
+  // Converter thread c takes B's rows c + 128 j (convert_tiles); consumer thread t takes block t
+  // of its warpgroup's 64 A rows of a step.
   static constexpr int kRowsPerThread = kTileN / kWarpgroup;  // B's rows per converter thread
   static constexpr int kAcc = kTileN / 2;  // fp32 accumulators per thread
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0 && kTileN % kWarpgroup == 0);
@@ -264,7 +262,6 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
   const int c = threadIdx.x, warp = c / 32;
   const int steps = static_cast<int>(p.k / kStepK), blocks = static_cast<int>(p.k / 32);
   const int k_tiles = static_cast<int>(layout::k_tiles(p.k));
-  const int loads = k_tiles;            // raw stages per tile of D
   uint32_t raw_use = 0, stage_use = 0;  // uses of the rings so far: slot and phase
   int local = 0;
   for (int tile = own_tile<kTileN>(p, blockIdx.x, skip);
@@ -287,7 +284,7 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
       }
     };
     // The first loads fly during the pre-pass (and are dropped if the tile is not foldable).
-    const int ahead = min(kRing, loads);
+    const int ahead = min(kRing, k_tiles);
     if (c == 0)
       for (int s = 0; s < ahead; ++s) issue(raw_use + s, s);
 
