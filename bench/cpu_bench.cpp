@@ -252,6 +252,16 @@ void BM_a4w4_quantize(benchmark::State& state, bool reference) {
   state.counters["threads"] = used;
 }
 
+// The shapes and settings of the prepared-B runs, the same for both layout versions.
+void prepared_b_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({1, 8192, 8192})
+      ->Args({4, 4096, 4096})
+      ->Args({64, 4096, 4096})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime()
+      ->MinTime(1.0);
+}
+
 }  // namespace
 
 // GEMM
@@ -302,19 +312,9 @@ BENCHMARK_CAPTURE(BM_a4w4_gemm, fast, nullptr)
     ->UseRealTime()
     ->MinTime(1.0);
 BENCHMARK_CAPTURE(BM_a4w4_gemm, prepared_v2, nullptr, A4W4_LAYOUT_PREPARED_V2)
-    ->Args({1, 8192, 8192})
-    ->Args({4, 4096, 4096})
-    ->Args({64, 4096, 4096})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime()
-    ->MinTime(1.0);
+    ->Apply(prepared_b_shapes);
 BENCHMARK_CAPTURE(BM_a4w4_gemm, prepared_v1, nullptr, A4W4_LAYOUT_PREPARED_V1)
-    ->Args({1, 8192, 8192})
-    ->Args({4, 4096, 4096})
-    ->Args({64, 4096, 4096})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime()
-    ->MinTime(1.0);
+    ->Apply(prepared_b_shapes);
 // Quantize 4096 x 4096 fp32: 1 thread (per core), all threads, and the reference.
 BENCHMARK_CAPTURE(BM_a4w4_quantize, fast, false)
     ->Args({4096, 4096, 1})
