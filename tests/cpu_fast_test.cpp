@@ -583,6 +583,28 @@ TEST_F(CpuFast, PreparedB) {
   }
 }
 
+// The GEMV path reads a version-2 B in place, a K tile's 64-byte run at a time, when every chunk of
+// blocks starts on a K tile, and gathers plain rows when a split-K partition starts inside one:
+// whole 64-block integer chunks (K = 4096) and a partial one (K = 2304), both ways.
+TEST_F(CpuFast, PreparedBOnTheGemvPathInPlaceAndGathered) {
+  uint64_t seed = 97;
+  for (int64_t m : {1, 4})
+    for (int64_t k : {2304, 4096})
+      for (int split : {0, 2, 3}) {
+        GemmCase c;
+        c.m = m;
+        c.n = 35;
+        c.k = k;
+        c.prepared_b = true;
+        c.a_scales = {122, 127, 0.0};  // spreads that the GEMV sums in integer chunks
+        c.b_scales = {122, 127, 0.0};
+        c.with_bias = true;
+        c.split_k = split;
+        c.seed = seed++;
+        expect_identical(ctx_, c);
+      }
+}
+
 // Scale bytes that vary slowly along K (a random walk of +-`step` per block around `center`, with
 // a few outliers): the VNNI kernel then sums most 8-block chunks in integers and falls back to
 // doubles around the outliers.

@@ -64,6 +64,7 @@ struct GemvA {
   std::vector<int32_t> corr;      // [m][blocks * 4]
   std::vector<uint8_t> scale;     // [m][blocks]
   std::vector<Chunk> chunks;
+  bool chunks_tile_aligned;  // every chunk starts on a K tile (4 blocks): split-K permitting
   bool nan[kMaxRows];
 };
 
@@ -91,12 +92,14 @@ void split_a(const GemmProblem& p, int64_t blocks, int64_t splits, GemvA& a) {
     }
   }
   a.chunks.clear();
+  a.chunks_tile_aligned = true;
   for (int64_t part = 0; part < splits; ++part) {
     // Split-K partition `part` covers blocks [part*B/splits, (part+1)*B/splits).
     const int64_t b_begin = part * blocks / splits, b_end = (part + 1) * blocks / splits;
     for (int64_t c0 = b_begin; c0 < b_end; c0 += kChunkBlocks) {
       Chunk c{};
       c.begin = c0;
+      a.chunks_tile_aligned = a.chunks_tile_aligned && c0 % layout::kTileBlocks == 0;
       c.count = static_cast<int>(std::min<int64_t>(kChunkBlocks, b_end - c0));
       c.last_of_partition = c0 + kChunkBlocks >= b_end;
       c.integer_ok = true;
@@ -135,6 +138,15 @@ constexpr __mmask64 kDwordLowBytes = 0x1111111111111111ull;
 #define A4W4_TARGET_GEMV \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
 
+// Where one row of B's codes lies: block b at base + (b / 4) * tile_stride + (b % 4) * 16. A plain
+// row is contiguous (tile_stride 64); a prepared (version 2) row is read in place from its tiles'
+// 64-byte runs, 1 KB apart (numerics/weight_layout.h). Steps of 4 blocks start on a multiple of 4.
+struct RowCodes {
+  const uint8_t* base;
+  int64_t tile_stride;
+  const uint8_t* step(int64_t b) const { return base + (b / 4) * tile_stride + (b % 4) * 16; }
+};
+
 // Blocks b .. b + nb - 1 (nb <= 4) of one row of B decoded to biased int8 (even elements in lo,
 // odd ones in hi; missing blocks decode as zeros), and the masks of the loads.
 struct Decoded {
@@ -143,13 +155,13 @@ struct Decoded {
   __mmask16 dword_mask;
 };
 
-A4W4_TARGET_GEMV inline Decoded decode(const uint8_t* brow, int64_t b, int nb) {
+A4W4_TARGET_GEMV inline Decoded decode(const RowCodes& brow, int64_t b, int nb) {
   const __m512i table =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1Biased.data())));
   Decoded d;
   d.byte_mask = nb == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * nb)) - 1;
   d.dword_mask = static_cast<__mmask16>(nb == 4 ? 0xFFFF : (1u << (4 * nb)) - 1);
-  const __m512i x = _mm512_maskz_loadu_epi8(d.byte_mask, brow + b * 16);
+  const __m512i x = _mm512_maskz_loadu_epi8(d.byte_mask, brow.step(b));
   d.lo = _mm512_permutexvar_epi8(x, table);
   d.hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(x, 4), table);
   return d;
@@ -192,7 +204,7 @@ A4W4_TARGET_GEMV inline void min_max(const uint8_t* p, int count, int& lo, int& 
 // The steps of a whole integer chunk for kR rows of B at once (A's loads shared), unrolled: no
 // masks, constant offsets.
 template <int kM, int kR>
-A4W4_TARGET_GEMV inline void full_integer_chunk(const GemvArgs& g, const uint8_t* const brow[kR],
+A4W4_TARGET_GEMV inline void full_integer_chunk(const GemvArgs& g, const RowCodes (&brow)[kR],
                                                 int64_t c0, const __m512i shifts[kR][kM],
                                                 __m512i acc[kR][kM]) {
   const GemvA& a = *g.a;
@@ -201,6 +213,8 @@ A4W4_TARGET_GEMV inline void full_integer_chunk(const GemvArgs& g, const uint8_t
   const int8_t* even[kM];
   const int8_t* odd[kM];
   const int32_t* corr[kM];
+  const uint8_t* codes[kR];
+  for (int r = 0; r < kR; ++r) codes[r] = brow[r].step(c0);
   for (int m = 0; m < kM; ++m) {
     even[m] = a.even.data() + (m * g.blocks + c0) * 16;
     odd[m] = a.odd.data() + (m * g.blocks + c0) * 16;
@@ -210,7 +224,7 @@ A4W4_TARGET_GEMV inline void full_integer_chunk(const GemvArgs& g, const uint8_t
   for (int s = 0; s < kChunkBlocks / 4; ++s) {
     __m512i lo[kR], hi[kR];
     for (int r = 0; r < kR; ++r) {
-      const __m512i x = _mm512_loadu_si512(brow[r] + c0 * 16 + 64 * s);
+      const __m512i x = _mm512_loadu_si512(codes[r] + brow[r].tile_stride * s);
       lo[r] = _mm512_permutexvar_epi8(x, table);
       hi[r] = _mm512_permutexvar_epi8(_mm512_srli_epi16(x, 4), table);
     }
@@ -251,7 +265,7 @@ A4W4_TARGET_GEMV inline void flush(const Chunk& c, int b_min, const __m512i acc[
 // Chunk c of one row of B on its own: integer steps with masks where `integer`, else block by
 // block in K order, as the reference.
 template <int kM>
-A4W4_TARGET_GEMV void row_chunk(const GemvArgs& g, const uint8_t* brow, const uint8_t* srow,
+A4W4_TARGET_GEMV void row_chunk(const GemvArgs& g, const RowCodes& brow, const uint8_t* srow,
                                 const Chunk& c, int b_min, bool integer, double partial[kM]) {
   const GemvA& a = *g.a;
   if (integer) {
@@ -293,24 +307,30 @@ template <int kM, int kR>
 A4W4_TARGET_GEMV void gemv_rows(const GemvArgs& g, int64_t n) {
   const GemmProblem& p = *g.p;
   const GemvA& a = *g.a;
-  const uint8_t* brow[kR];
+  RowCodes brow[kR];
   const uint8_t* srow[kR];
-  // A prepared (version 2) B: the rows are gathered from their tiles' 64-byte runs and scale words
-  // first (into this thread's buffer, in L1), so the loops below read plain rows.
+  // A prepared (version 2) B: the codes are read in place from the tiles (or, where a split-K
+  // partition starts inside a K tile, gathered into plain rows) and the rows' scale words gathered,
+  // into this thread's buffer, so that the loops below read plain scale rows.
   thread_local std::vector<uint8_t> gathered;
   const int64_t k_tiles = layout::k_tiles(p.k);
-  const int64_t run_bytes = k_tiles * layout::kRowRunBytes;
-  const int64_t gathered_row = run_bytes + k_tiles * layout::kTileBlocks;
-  if (p.b.layout == A4W4_LAYOUT_PREPARED_V2)
-    gathered.resize(static_cast<size_t>(kR * gathered_row));
+  const bool tiled = p.b.layout == A4W4_LAYOUT_PREPARED_V2;
+  const bool in_place = a.chunks_tile_aligned;
+  const int64_t code_bytes = in_place ? 0 : k_tiles * layout::kRowRunBytes;
+  const int64_t gathered_row = code_bytes + k_tiles * layout::kTileBlocks;
+  if (tiled) gathered.resize(static_cast<size_t>(kR * gathered_row));
   for (int r = 0; r < kR; ++r) {
     const int64_t row = std::min<int64_t>(n + r, p.n - 1);
-    if (p.b.layout == A4W4_LAYOUT_PREPARED_V2) {
+    if (tiled) {
       uint8_t* codes = gathered.data() + r * gathered_row;
-      gather_tiled_row(p.b, row, k_tiles, codes, codes + run_bytes);
-      brow[r] = codes, srow[r] = codes + run_bytes;
+      uint8_t* scales = codes + code_bytes;
+      gather_tiled_row(p.b, row, k_tiles, in_place ? nullptr : codes, scales);
+      brow[r] = in_place ? RowCodes{p.b.data + layout::row_run_offset(row, 0, k_tiles),
+                                    layout::kTileBytes}
+                         : RowCodes{codes, layout::kRowRunBytes};
+      srow[r] = scales;
     } else {
-      brow[r] = p.b.data + row * p.b.stride_bytes;
+      brow[r] = {p.b.data + row * p.b.stride_bytes, layout::kRowRunBytes};
       srow[r] = p.b.scale + row * p.b.scale_stride;
     }
   }

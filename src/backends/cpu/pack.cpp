@@ -33,8 +33,9 @@ PlainRow plain_row(const PackedOperand& op, int64_t row, int64_t blocks,
 void gather_tiled_row(const PackedOperand& op, int64_t row, int64_t k_tiles, uint8_t* codes,
                       uint8_t* scales) {
   for (int64_t t = 0; t < k_tiles; ++t) {
-    std::memcpy(codes + t * layout::kRowRunBytes, op.data + layout::row_run_offset(row, t, k_tiles),
-                layout::kRowRunBytes);
+    if (codes != nullptr)
+      std::memcpy(codes + t * layout::kRowRunBytes,
+                  op.data + layout::row_run_offset(row, t, k_tiles), layout::kRowRunBytes);
     if (scales != nullptr)
       std::memcpy(scales + t * layout::kTileBlocks,
                   op.scale + layout::prepared_scale_offset(row, t * layout::kTileBlocks, k_tiles),

@@ -67,9 +67,9 @@ struct PlainRow {
 PlainRow plain_row(const PackedOperand& op, int64_t row, int64_t blocks,
                    std::vector<uint8_t>& scratch);
 
-// Row `row` of a prepared version-2 operand in plain order: its K tiles' 64-byte runs into codes
-// (k_tiles * 64 bytes, zeros past K) and, unless scales is null, their scale words into scales
-// (k_tiles * 4 bytes).
+// Row `row` of a prepared version-2 operand in plain order: unless codes is null, its K tiles'
+// 64-byte runs into codes (k_tiles * 64 bytes, zeros past K) and, unless scales is null, their
+// scale words into scales (k_tiles * 4 bytes).
 void gather_tiled_row(const PackedOperand& op, int64_t row, int64_t k_tiles, uint8_t* codes,
                       uint8_t* scales);
 
