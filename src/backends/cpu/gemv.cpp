@@ -43,6 +43,9 @@ namespace {
 constexpr int64_t kMaxRows = 4;   // M <= 4
 constexpr int kChunkBlocks = 64;  // blocks per integer chunk
 constexpr int kMaxShift = 12;     // 64 * 4608 * 2^12 < 2^31
+// Steps of 4 blocks that a row's codes are prefetched ahead: a prepared (version 2) row's runs are
+// 1 KB apart, which the hardware prefetchers do not follow (1 x 8192 x 8192: 10-20% faster).
+constexpr int kPrefetchSteps = 8;
 
 // One chunk of blocks [begin, begin + count) and what the kernel needs of A for it.
 struct Chunk {
@@ -224,6 +227,9 @@ A4W4_TARGET_GEMV inline void full_integer_chunk(const GemvArgs& g, const RowCode
   for (int s = 0; s < kChunkBlocks / 4; ++s) {
     __m512i lo[kR], hi[kR];
     for (int r = 0; r < kR; ++r) {
+      _mm_prefetch(
+          reinterpret_cast<const char*>(codes[r] + brow[r].tile_stride * (s + kPrefetchSteps)),
+          _MM_HINT_T0);
       const __m512i x = _mm512_loadu_si512(codes[r] + brow[r].tile_stride * s);
       lo[r] = _mm512_permutexvar_epi8(x, table);
       hi[r] = _mm512_permutexvar_epi8(_mm512_srli_epi16(x, 4), table);

@@ -32,13 +32,15 @@ PlainRow plain_row(const PackedOperand& op, int64_t row, int64_t blocks,
 
 void gather_tiled_row(const PackedOperand& op, int64_t row, int64_t k_tiles, uint8_t* codes,
                       uint8_t* scales) {
+  // A row's runs and scale words are one tile (kTileBytes, kTileScaleBytes) apart.
+  const uint8_t* run = op.data + layout::row_run_offset(row, 0, k_tiles);
+  const uint8_t* word = op.scale + layout::prepared_scale_offset(row, 0, k_tiles);
   for (int64_t t = 0; t < k_tiles; ++t) {
     if (codes != nullptr)
-      std::memcpy(codes + t * layout::kRowRunBytes,
-                  op.data + layout::row_run_offset(row, t, k_tiles), layout::kRowRunBytes);
+      std::memcpy(codes + t * layout::kRowRunBytes, run + t * layout::kTileBytes,
+                  layout::kRowRunBytes);
     if (scales != nullptr)
-      std::memcpy(scales + t * layout::kTileBlocks,
-                  op.scale + layout::prepared_scale_offset(row, t * layout::kTileBlocks, k_tiles),
+      std::memcpy(scales + t * layout::kTileBlocks, word + t * layout::kTileScaleBytes,
                   layout::kTileBlocks);
   }
 }
