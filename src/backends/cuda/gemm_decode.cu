@@ -30,7 +30,9 @@
 // (one 4-byte word each, low nibble first): elements 8t..8t+3 go to k slots 4t..4t+3 of the
 // m16n8k32 MMA and 8t+4..8t+7 to 16+4t..16+4t+3. The activations use the same order, so each
 // block's dot product is unchanged. A B (plain, or prepared version 2: the same rows from its
-// tiles) is scattered into that order with 4-byte copies.
+// tiles) lands in a slot in plain order, one 16-byte block per copy, and each lane reads its
+// fragments back as 4-byte words (the blocks of a row pair rotated so that the reads meet no bank
+// conflicts).
 #include <cooperative_groups.h>
 
 #include "backends/cuda/cluster_launch.h"
@@ -58,8 +60,7 @@ constexpr int kMaxSplits = 8;  // portable cluster size
 
 // Weights stream through a per-warp ring of shared-memory slots filled by cp.async, kStages - 1
 // K tiles ahead of the one being multiplied: the loads need no registers and never wait on use.
-// A slot holds one K tile in the fragment order (prepared version 1's, below), with
-// the two 16-byte halves of each lane swapped on odd row groups so the reads are conflict-free.
+// A slot holds one K tile of each row group in plain order (block_offset, below).
 constexpr int kStages = 4;  // a power of two: slot = tile & (kStages - 1)
 // A slot: each group's 1024 bytes of codes, then each group's 16 rows x 4 blocks of scales.
 template <int kGroupCount>
@@ -242,9 +243,21 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
   }
 }
 
-// Offset of lane L's half h (row g + 8h) of row group `group` inside a slot.
-__device__ __forceinline__ int half_offset(int group, int lane, int h) {
-  return group * 1024 + lane * 32 + 16 * (h ^ ((lane >> 2) & 1));
+// Where block b (16 bytes) of row r (0..15) of row group `group` lies in a slot: the group's 16
+// rows of 64 bytes in plain order, the blocks of row pair r / 2 rotated by (r / 2) % 4 so that a
+// lane's 4-byte reads of its fragments (block_word) meet no bank conflicts.
+__device__ __forceinline__ int block_offset(int group, int r, int b) {
+  return group * 1024 + r * 64 + 16 * (b ^ ((r >> 1) & 3));
+}
+
+// Lane (g, t)'s fragment of row r (g or g + 8) of a slot's row group: word j is elements
+// [8t, 8t + 8) of block j (the order the MMAs and the activations use).
+__device__ __forceinline__ uint4 fragment(const uint8_t* slot, int group, int r, int t) {
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    w[j] = *reinterpret_cast<const uint32_t*>(slot + block_offset(group, r, j) + 4 * t);
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // Where this lane's share of each weight K tile comes from, fixed for the whole partition. Row
@@ -319,17 +332,15 @@ struct WeightSource {
   __device__ __forceinline__ void copy(int tile, int lane, uint8_t* slot) const {
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
-      // Piece q of block t belongs to lane (g, q).
+      // Lane (g, t) copies block t of rows g and g + 8 whole.
       const int g = lane / 4, t = lane % 4;
       const size_t offset = !kTiled             ? size_t(tile) * 64
                             : present[group][0] ? size_t(tile) * layout::kTileBytes
                                                 : 0;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          copy_async<4>(slot + half_offset(group, g * 4 + q, h) + 4 * t,
-                        codes[group][h] + offset + 4 * q, present[group][h]);
+        copy_async<16>(slot + block_offset(group, g + 8 * h, t), codes[group][h] + offset,
+                       present[group][h]);
     }
 #pragma unroll
     for (int c = 0; c < kScaleCopies; ++c) {
@@ -535,9 +546,15 @@ __device__ __forceinline__ bool multiply_tile_folded(const Stage<kNTiles>& act, 
   return true;
 }
 
-// (Forcing five CTAs per SM for M <= 8 through __launch_bounds__ spills and measured slower.)
+// CTAs per SM as a register bound: four (128 registers) for one activation tile, three (168) for
+// more — where the kernels come out unbounded, except the prepared-B kernel for two tiles, which
+// took 176 registers (two CTAs per SM) without the bound. (Forcing five CTAs per SM for M <= 8
+// spills and measured slower.)
+template <int kNTiles>
+constexpr int kDecodeCtasPerSm = kNTiles == 1 ? 4 : 3;
 template <int kNTiles, bool kTiled>
-__global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, int splits) {
+__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kNTiles>)
+    gemm_decode_kernel(GemmProblem p, int splits) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using Shape = ChunkShape<kNTiles>;
@@ -625,8 +642,8 @@ __global__ void __launch_bounds__(kThreads) gemm_decode_kernel(GemmProblem p, in
     uint2 scales[kGroupCount];
 #pragma unroll
     for (int group = 0; group < kGroupCount; ++group) {
-      w0[group] = *reinterpret_cast<const uint4*>(slot + half_offset(group, lane, 0));
-      w1[group] = *reinterpret_cast<const uint4*>(slot + half_offset(group, lane, 1));
+      w0[group] = fragment(slot, group, g, t);
+      w1[group] = fragment(slot, group, g + 8, t);
       scales[group] =
           *reinterpret_cast<const uint2*>(slot + kGroupCount * 1024 + 64 * group + g * 8);
     }
