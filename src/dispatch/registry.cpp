@@ -42,10 +42,11 @@ constexpr std::array kGemmKernels = {
     // (bench/RESULTS.md): gemv 6% faster on a plain B at M = 1, 1-2% slower at M = 2..4 (1.2-1.4x
     // faster on a plain B than on a version-1 one), decode 1.4x faster on a prepared one at
     // M <= 8, skinny 1.1x.
-    GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 1, false, false,
+    GemmKernel{"cuda.gemv", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 4, 0, 1024, 0, false, false,
                1, 4, 16.0,
                "sm_90; plain B with 16-byte aligned rows, or a prepared B of version 2 (16-byte "
-               "aligned)",
+               "aligned); split_k only with K <= 32768 and partitions starting on multiples of 32 "
+               "blocks",
                cuda::gemm_gemv_why_not, cuda::gemm_gemv, 15.5},
     // M padded to 8, 16, 32, 64 or 128 activation rows (M > 128 in token tiles of 128, each
     // converting the weights again); 64-column tiles; its own split of K over a cluster

@@ -535,6 +535,48 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
                         "cuda.gemv", 0});
 }
 
+TEST_F(CudaBackend, GemvTakesSplitKOnChunkBoundaries) {
+  // Explicit split_k on cuda.gemv: every partition starts on a 32-block chunk. One CTA of 8 warps
+  // (K = 8192: 2, 4, 8 partitions; 3072: 3), a partial last chunk in the last partition (4128: 4
+  // partitions of 32, 32, 32, 33 blocks), and a cluster of 4-warp CTAs (16384: 4), on a plain and
+  // a prepared B, with wide scales and NaN (the exact recomputation) too.
+  struct Split {
+    int64_t m, k;
+    int split;
+  };
+  const Split splits[] = {{1, 8192, 2}, {1, 8192, 8},  {2, 8192, 4}, {1, 3072, 3},
+                          {4, 4128, 4}, {1, 16384, 4}, {3, 16384, 2}};
+  int v = 0;
+  for (bool prepared : {false, true})
+    for (const Split& sp : splits) {
+      run_case(ctx_, rng_,
+               GemmCase{sp.m, v % 2 == 0 ? 1003 : 72, sp.k, A4W4_DTYPE_F32, v % 2 == 1, true,
+                        v % 3 == 0 ? kWideScales : kTileLocalScales, prepared, sp.split,
+                        "cuda.gemv", 0});
+      if (HasFatalFailure()) return;
+      ++v;
+    }
+  // A partition starting inside a chunk (8192 / 3: block 85), and K past 32 chunks: refused.
+  for (const Split& sp : {Split{1, 8192, 3}, Split{1, 33792, 2}}) {
+    const a4w4_device gpu = a4w4_cuda(0);
+    DeviceBuffer a(sp.k / 2), as(sp.k / 32), b(8 * sp.k / 2), bs(8 * sp.k / 32), d(8 * 4);
+    a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, 1, sp.k, sp.k, gpu);
+    a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, 1, sp.k / 32, sp.k / 32, gpu);
+    a4w4_tensor tb = tensor(b.get(), A4W4_DTYPE_E2M1, 8, sp.k, sp.k, gpu);
+    a4w4_tensor tbs = tensor(bs.get(), A4W4_DTYPE_E8M0, 8, sp.k / 32, sp.k / 32, gpu);
+    a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, 1, 8, 8, gpu);
+    a4w4_gemm_options options;
+    a4w4_gemm_options_init(&options);
+    options.kernel = "cuda.gemv";
+    options.split_k = sp.split;
+    EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+              A4W4_ERROR_KERNEL_NOT_APPLICABLE)
+        << sp.k << " / " << sp.split;
+    EXPECT_NE(std::string(a4w4_last_error_message()).find("split_k"), std::string::npos)
+        << a4w4_last_error_message();
+  }
+}
+
 TEST_F(CudaBackend, SkinnyMatchesTheReference) {
   // cuda.skinny converts each K tile's activations in every CTA without a workspace, and once for
   // the call into the context's workspace (records that the CTAs copy) with one: both ways.

@@ -51,6 +51,8 @@ constexpr int kMaxWarps = 8;
 constexpr int kMaxTileColumns = 128;  // columns per column tile (CTA), in groups of kCols
 constexpr int kChunkBlocks = 32;      // one block per lane
 constexpr int kMaxClusterCtas = 8;    // portable cluster size
+// With split_k, K chunks up to one per warp of the largest grid of 4-warp CTAs (no warp loops).
+constexpr int64_t kMaxSplitChunks = 4 * kMaxClusterCtas;
 constexpr int64_t kGemvMaxM = 4;
 
 // K's chunks of kChunkBlocks blocks (the last one partial).
@@ -64,6 +66,7 @@ struct GemvShape {
   int cluster;  // CTAs per column tile, <= kMaxClusterCtas
   int groups;   // column groups per column tile
   int waves;    // of the clusters resident at once, 2 for two or more (the launch order)
+  int partitions;  // split_k's (1: none); each starts on a chunk (gemm_gemv_why_not)
 };
 
 // Whether every block partial 2^(sa + sb - 256) * sum can be accumulated in fp32 for activation
@@ -365,26 +368,57 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWa
     for (int i = lane; i < shape.groups * kEntries; i += 32) partial[warp][i] = 0.0;
   __syncthreads();
 
-  // The CTA's sums (warps in order), then the cluster's (ranks in order) on rank 0.
   const int tile_entries = shape.groups * kEntries;
-  for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
-    double sum = partial[0][i];
-    for (int w = 1; w < shape.warps; ++w) sum += partial[w][i];
-    partial[0][i] = sum;
-  }
-  if (shape.cluster > 1) {
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();
-    if (rank == 0) {
-      for (int r = 1; r < shape.cluster; ++r) {
-        const double* remote = cluster.map_shared_rank(&partial[0][0], r);
-        for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) partial[0][i] += remote[i];
+  if (shape.partitions > 1) {
+    // split_k: rank 0 adds each partition's chunks in order, then the partitions in order. Every
+    // partition starts on a chunk, and a warp holds one chunk (first_chunk): rank r's warp w.
+    const auto chunk_sums = [&](auto partial_of) {
+      for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
+        double total = 0.0;
+        int64_t chunk = 0;
+        for (int part = 0; part < shape.partitions; ++part) {
+          const int64_t end = part + 1 == shape.partitions
+                                  ? chunks
+                                  : (part + 1) * blocks / shape.partitions / kChunkBlocks;
+          double sum = 0.0;
+          for (; chunk < end; ++chunk)
+            sum += partial_of(
+                static_cast<int>(chunk / shape.warps))[(chunk % shape.warps) * kTileEntries + i];
+          total += sum;
+        }
+        partial[0][i] = total;  // entry i is this thread's alone
       }
+    };
+    if (shape.cluster > 1) {
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      if (rank == 0) chunk_sums([&](int r) { return cluster.map_shared_rank(&partial[0][0], r); });
+      cluster_arrive_relaxed_and_wait();  // shared memory stays alive until rank 0 has read it
+      if (rank != 0) return;
+    } else {
+      chunk_sums([&](int) { return &partial[0][0]; });
     }
-    cluster_arrive_relaxed_and_wait();  // shared memory stays alive until rank 0 has read it
-    if (rank != 0) return;
   } else {
-    __syncthreads();
+    // The CTA's sums (warps in order), then the cluster's (ranks in order) on rank 0.
+    for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
+      double sum = partial[0][i];
+      for (int w = 1; w < shape.warps; ++w) sum += partial[w][i];
+      partial[0][i] = sum;
+    }
+    if (shape.cluster > 1) {
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      if (rank == 0) {
+        for (int r = 1; r < shape.cluster; ++r) {
+          const double* remote = cluster.map_shared_rank(&partial[0][0], r);
+          for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) partial[0][i] += remote[i];
+        }
+      }
+      cluster_arrive_relaxed_and_wait();  // shared memory stays alive until rank 0 has read it
+      if (rank != 0) return;
+    } else {
+      __syncthreads();
+    }
   }
   for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
     const int group = i / kEntries, entry = i % kEntries;
@@ -445,7 +479,8 @@ GemvShape choose_shape(const GemmProblem& p) {
 
 template <int kM, int kCols, bool kPrefetch, bool kTiled, int kWarps = 4>
 void launch(const GemmProblem& p) {
-  const GemvShape shape = choose_shape<kM, kCols, kPrefetch, kTiled, kWarps>(p);
+  GemvShape shape = choose_shape<kM, kCols, kPrefetch, kTiled, kWarps>(p);
+  shape.partitions = p.split_k > 1 ? p.split_k : 1;
   const int64_t tile_columns = int64_t{shape.groups} * kCols;
   // Launched early (its start overlapping the end of the kernel before it) where the grid is one
   // wave of clusters of at most 2 CTAs (K <= 8192). H200, back-to-back calls in a graph: 1 x 8192
@@ -491,7 +526,20 @@ std::string gemm_gemv_why_not(const GemmProblem& p) {
   if (p.m > kGemvMaxM)
     return "M = " + std::to_string(p.m) + " is above the GEMV limit of " +
            std::to_string(kGemvMaxM);
-  if (p.split_k > 1) return "it takes no split_k (its K chunks are summed in a fixed order)";
+  if (p.split_k > 1) {
+    // Each split-K partition is summed on its own: a warp's chunk (kChunkBlocks blocks, one warp
+    // each up to kMaxSplitChunks chunks) may not straddle two.
+    if (k_chunks(p.k) > kMaxSplitChunks)
+      return "split_k needs K <= " + std::to_string(kMaxSplitChunks * kChunkBlocks * 32) +
+             " (one K chunk per warp)";
+    const int64_t blocks = p.k / 32;
+    for (int64_t part = 1; part < p.split_k; ++part)
+      if (part * blocks / p.split_k % kChunkBlocks != 0)
+        return "split_k = " + std::to_string(p.split_k) + " starts partition " +
+               std::to_string(part) + " inside a " + std::to_string(kChunkBlocks * 32) +
+               "-wide K chunk (its partitions must start on multiples of " +
+               std::to_string(kChunkBlocks) + " blocks)";
+  }
   if (p.b.layout == A4W4_LAYOUT_PLAIN &&
       (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0))
     return "a plain B must start on 16 bytes with a row stride that is a multiple of 32 elements";
