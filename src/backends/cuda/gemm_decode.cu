@@ -245,7 +245,7 @@ __device__ __forceinline__ void store_activations(const GemmProblem& p,
 
 // Where block b (16 bytes) of row r (0..15) of row group `group` lies in a slot: the group's 16
 // rows of 64 bytes in plain order, the blocks of row pair r / 2 rotated by (r / 2) % 4 so that a
-// lane's 4-byte reads of its fragments (block_word) meet no bank conflicts.
+// lane's 4-byte reads of its fragments (`fragment`) meet no bank conflicts.
 __device__ __forceinline__ int block_offset(int group, int r, int b) {
   return group * 1024 + r * 64 + 16 * (b ^ ((r >> 1) & 3));
 }

@@ -368,57 +368,53 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWa
     for (int i = lane; i < shape.groups * kEntries; i += 32) partial[warp][i] = 0.0;
   __syncthreads();
 
+  // The sums on rank 0: without split_k the CTA's (warps in order), then the cluster's (ranks in
+  // order); with it, each partition's chunks in order, then the partitions in order (every
+  // partition starts on a chunk, and a warp holds one chunk, first_chunk: rank r's warp w).
   const int tile_entries = shape.groups * kEntries;
-  if (shape.partitions > 1) {
-    // split_k: rank 0 adds each partition's chunks in order, then the partitions in order. Every
-    // partition starts on a chunk, and a warp holds one chunk (first_chunk): rank r's warp w.
-    const auto chunk_sums = [&](auto partial_of) {
-      for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
-        double total = 0.0;
-        int64_t chunk = 0;
-        for (int part = 0; part < shape.partitions; ++part) {
-          const int64_t end = part + 1 == shape.partitions
-                                  ? chunks
-                                  : (part + 1) * blocks / shape.partitions / kChunkBlocks;
-          double sum = 0.0;
-          for (; chunk < end; ++chunk)
-            sum += partial_of(
-                static_cast<int>(chunk / shape.warps))[(chunk % shape.warps) * kTileEntries + i];
-          total += sum;
-        }
-        partial[0][i] = total;  // entry i is this thread's alone
+  const auto chunk_sums = [&](auto partial_of) {
+    for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
+      double total = 0.0;
+      int64_t chunk = 0;
+      for (int part = 0; part < shape.partitions; ++part) {
+        const int64_t end = part + 1 == shape.partitions
+                                ? chunks
+                                : (part + 1) * blocks / shape.partitions / kChunkBlocks;
+        double sum = 0.0;
+        for (; chunk < end; ++chunk)
+          sum += partial_of(
+              static_cast<int>(chunk / shape.warps))[(chunk % shape.warps) * kTileEntries + i];
+        total += sum;
       }
-    };
-    if (shape.cluster > 1) {
-      cg::cluster_group cluster = cg::this_cluster();
-      cluster.sync();
-      if (rank == 0) chunk_sums([&](int r) { return cluster.map_shared_rank(&partial[0][0], r); });
-      cluster_arrive_relaxed_and_wait();  // shared memory stays alive until rank 0 has read it
-      if (rank != 0) return;
-    } else {
-      chunk_sums([&](int) { return &partial[0][0]; });
+      partial[0][i] = total;  // entry i is this thread's alone
     }
-  } else {
-    // The CTA's sums (warps in order), then the cluster's (ranks in order) on rank 0.
+  };
+  if (shape.partitions == 1) {
     for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
       double sum = partial[0][i];
       for (int w = 1; w < shape.warps; ++w) sum += partial[w][i];
       partial[0][i] = sum;
     }
-    if (shape.cluster > 1) {
-      cg::cluster_group cluster = cg::this_cluster();
-      cluster.sync();
-      if (rank == 0) {
+  }
+  if (shape.cluster > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (rank == 0) {
+      if (shape.partitions > 1) {
+        chunk_sums([&](int r) { return cluster.map_shared_rank(&partial[0][0], r); });
+      } else {
         for (int r = 1; r < shape.cluster; ++r) {
           const double* remote = cluster.map_shared_rank(&partial[0][0], r);
           for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) partial[0][i] += remote[i];
         }
       }
-      cluster_arrive_relaxed_and_wait();  // shared memory stays alive until rank 0 has read it
-      if (rank != 0) return;
-    } else {
-      __syncthreads();
     }
+    cluster_arrive_relaxed_and_wait();  // shared memory stays alive until rank 0 has read it
+    if (rank != 0) return;
+  } else if (shape.partitions > 1) {
+    chunk_sums([&](int) { return &partial[0][0]; });
+  } else {
+    __syncthreads();
   }
   for (int i = threadIdx.x; i < tile_entries; i += blockDim.x) {
     const int group = i / kEntries, entry = i % kEntries;
