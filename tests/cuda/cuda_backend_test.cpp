@@ -611,7 +611,8 @@ TEST_F(CudaBackend, SkinnyMatchesTheReference) {
 
 void CudaBackend::run_skinny_cases(bool workspace) {
   // cuda.skinny: every activation-row count it pads to (8, 16, 32, 64, 128) with M below, at and
-  // past each, and M over several token tiles of 128 (the last one ragged); plain and prepared B; K
+  // past each, and M over two token tiles of 128 (the last one ragged or full; with a prepared B
+  // both in one CTA sharing one weight conversion); plain and prepared B; K
   // from one block to many K tiles, partial last tiles (K % 128 != 0) and splits of the K tiles
   // over a cluster; ragged N (a column tile past N, warps without rows); narrow scales (the exact
   // per-block path), wide ones with NaN (exact, NaN kept), tile-local ones (the folded path mixed
@@ -621,7 +622,7 @@ void CudaBackend::run_skinny_cases(bool workspace) {
   // activation rows off 16-byte alignment.
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
   int v = 0;
-  for (int64_t m : {1, 5, 8, 9, 16, 17, 32, 33, 57, 64, 65, 128, 129, 255})
+  for (int64_t m : {1, 5, 8, 9, 16, 17, 32, 33, 57, 64, 65, 128, 129, 255, 256})
     for (int64_t k : {32, 160, 1024, 4160})
       for (int scales : {kTileLocalScales, kNarrowScales, kWideScales, kExtremeFoldScales,
                          kFoldScales, kFoldDriftScales}) {
@@ -652,14 +653,17 @@ void CudaBackend::run_skinny_cases(bool workspace) {
              GemmCase{8, 8192, 12288, A4W4_DTYPE_BF16, false, true, kFoldScales, prepared, 0,
                       "cuda.skinny", 0});
   // More column tiles than two CTAs per SM hold (N = 17000: 266 tiles): the staged 64-row kernel
-  // on a plain B then runs its three-CTA instantiation.
+  // on a plain B then runs its three-CTA instantiation; at M = 256 on a prepared B, more column
+  // tiles than the GPU holds at once (split by waves) of two token tiles per CTA.
   if (workspace)
-    for (int64_t m : {40, 64})
+    for (int64_t m : {40, 64, 256})
       for (int64_t k : {160, 1024})
-        for (int scales : {kFoldScales, kWideScales})
+        for (int scales : {kFoldScales, kWideScales}) {
+          if (m == 256 && k > 160) continue;  // quicker
           run_case(ctx_, rng_,
-                   GemmCase{m, 17000, k, A4W4_DTYPE_BF16, true, false, scales, false, 0,
+                   GemmCase{m, 17000, k, A4W4_DTYPE_BF16, true, false, scales, m == 256, 0,
                             "cuda.skinny", 0});
+        }
 }
 
 TEST_F(CudaBackend, DecodeShapesOfRealModels) {

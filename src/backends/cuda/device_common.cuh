@@ -32,6 +32,39 @@ __device__ __forceinline__ uint4 load_packed_block(const uint8_t* src, bool alig
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// Copies kBytes (4, 8 or 16; both addresses aligned to it) from global to shared memory
+// asynchronously (cp.async, sm_80: 16 bytes bypassing L1); present = false zero-fills instead.
+// commit_copies closes a group of them; wait_copies<n> waits until at most n groups are pending.
+template <int kBytes>
+__device__ __forceinline__ void copy_async(void* dst, const void* src, bool present) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  const uint32_t src_bytes = present ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(src),
+                 "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared), "l"(src),
+                 "n"(kBytes), "r"(src_bytes));
+  }
+#else
+  (void)dst, (void)src, (void)present;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void commit_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
 // Programmatic dependent launch (LaunchOrder::kEarly, cluster_launch.h). allow_next_grid: the
 // next kernel on the stream may start once every CTA of this grid has run it.
 // wait_for_previous_grid: blocks until the previous grid has finished and its memory operations
@@ -191,31 +224,26 @@ __device__ __forceinline__ float load_float(a4w4_dtype dtype, const void* base, 
   }
 }
 
-// Rounds once, to nearest even: fp32 directly; bf16 and fp16 through a float rounded to odd,
+// Rounding once, to nearest even: fp32 directly; bf16 and fp16 through a float rounded to odd,
 // which has enough extra bits (24 vs 8 or 11) for the second rounding to be exact. NaN is written
 // as the canonical quiet NaN of the dtype, as on the CPU (numerics/float_formats.h).
-__device__ __forceinline__ void store_rounded(a4w4_dtype dtype, void* base, int64_t index,
-                                              double value) {
-  if (isnan(value)) {
-    if (dtype == A4W4_DTYPE_F32) {
-      static_cast<uint32_t*>(base)[index] = numerics::kCanonicalNanF32;
-    } else {
-      static_cast<uint16_t*>(base)[index] =
-          dtype == A4W4_DTYPE_BF16 ? numerics::kCanonicalNanBf16 : numerics::kCanonicalNanFp16;
-    }
-    return;
-  }
-  if (dtype == A4W4_DTYPE_F32) {
-    static_cast<float*>(base)[index] = __double2float_rn(value);
-    return;
-  }
+// rounded_half_bits: the bits of a 16-bit element (bf16 or fp16) so rounded.
+__device__ __forceinline__ uint32_t rounded_half_bits(a4w4_dtype dtype, double value) {
+  if (isnan(value))
+    return dtype == A4W4_DTYPE_BF16 ? numerics::kCanonicalNanBf16 : numerics::kCanonicalNanFp16;
   float odd = __double2float_rz(value);
   if (static_cast<double>(odd) != value) odd = __uint_as_float(__float_as_uint(odd) | 1u);
-  if (dtype == A4W4_DTYPE_BF16) {
-    static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(odd);
-  } else {
-    static_cast<__half*>(base)[index] = __float2half_rn(odd);
+  return dtype == A4W4_DTYPE_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(odd))
+                                  : __half_as_ushort(__float2half_rn(odd));
+}
+__device__ __forceinline__ void store_rounded(a4w4_dtype dtype, void* base, int64_t index,
+                                              double value) {
+  if (dtype == A4W4_DTYPE_F32) {
+    static_cast<uint32_t*>(base)[index] =
+        isnan(value) ? numerics::kCanonicalNanF32 : __float_as_uint(__double2float_rn(value));
+    return;
   }
+  static_cast<uint16_t*>(base)[index] = static_cast<uint16_t>(rounded_half_bits(dtype, value));
 }
 
 // D[m, n] = alpha * acc + beta * C[m, n] + bias[n], rounded once.
@@ -226,6 +254,28 @@ __device__ __forceinline__ void store_output(const GemmProblem& p, int64_t m, in
     out += static_cast<double>(p.beta) * load_float(p.c.dtype, p.c.data, m * p.c.stride + n);
   if (p.bias.data != nullptr) out += load_float(p.bias.dtype, p.bias.data, n * p.bias.stride);
   store_rounded(p.d_dtype, p.d, m * p.d_stride + n, out);
+}
+
+// D[m, n] and D[m, n + 1] from x and y as store_output does; with `plain_aligned` (plain_epilogue
+// and pairs_aligned, n even) as one 2-element store of x and y rounded once. n + 1 past N is not
+// written.
+__device__ __forceinline__ void store_output_pair(const GemmProblem& p, int64_t m, int64_t n,
+                                                  double x, double y, bool plain_aligned) {
+  if (!plain_aligned || n + 1 >= p.n) {
+    store_output(p, m, n, x);
+    if (n + 1 < p.n) store_output(p, m, n + 1, y);
+    return;
+  }
+  const int64_t index = m * p.d_stride + n;
+  if (p.d_dtype == A4W4_DTYPE_F32) {
+    const float fx = __double2float_rn(x), fy = __double2float_rn(y);
+    *reinterpret_cast<uint2*>(static_cast<float*>(p.d) + index) =
+        make_uint2(isnan(fx) ? numerics::kCanonicalNanF32 : __float_as_uint(fx),
+                   isnan(fy) ? numerics::kCanonicalNanF32 : __float_as_uint(fy));
+  } else {
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) =
+        rounded_half_bits(p.d_dtype, x) | rounded_half_bits(p.d_dtype, y) << 16;
+  }
 }
 
 // Whether D = acc rounded once, with nothing else to add (alpha 1, no C, no bias): the epilogue

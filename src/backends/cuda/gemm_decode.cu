@@ -89,29 +89,6 @@ struct ChunkShape {
 template <int kNTiles>
 constexpr int kPairsPerWarp = ChunkShape<kNTiles>::kPairs / kWarps;
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Copies `bytes` (4 or 16) from global to shared memory asynchronously; src_bytes = 0 zero-fills.
-template <int kBytes>
-__device__ __forceinline__ void copy_async(void* dst, const void* src, bool present) {
-  const uint32_t src_bytes = present ? kBytes : 0;
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "r"(src_bytes));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "r"(src_bytes));
-  }
-}
-__device__ __forceinline__ void commit_copies() {
-  asm volatile("cp.async.commit_group;\n");
-}
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 // D (4 x int32) += A (16x32 uint8, row) * B (32x8 int8, col), exact.
 __device__ __forceinline__ void mma_u8s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {

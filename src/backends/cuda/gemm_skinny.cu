@@ -145,13 +145,16 @@ __device__ __forceinline__ BaseRange allowed_bases(const uint8_t* record) {
   return range;
 }
 
+// The row stride of the CTA's sums as doubles after the main loop ([token][row]): even, so that a
+// pair of rows is one 16-byte load.
+constexpr int kPartialStride = kRows + 2;
+
 // kSlots activation records (a ring) or, after the main loop, the CTA's sums as doubles
-// ([token][row] with a padded row stride) in the same bytes; then the staged ring's mbarriers.
+// ([token][row], kPartialStride) in the same bytes; then the staged ring's mbarriers.
 template <int kTokens, int kSlots>
 struct Smem {
   using Record = ActivationRecord<kTokens>;
   static constexpr int kRingBytes = kSlots * Record::kSlotStride;
-  static constexpr int kPartialStride = kRows + 1;
   static constexpr int kPartialBytes = kTokens * kPartialStride * 8;
   static constexpr int kBarrierOffset =
       ((kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes) + 15) / 16 * 16;
@@ -218,7 +221,7 @@ struct WeightSource {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     blocks = static_cast<int>(p.k / 32);
     const int tiles = static_cast<int>(layout::k_tiles(p.k));
-    const int64_t warp_row0 = row0 + 16 * (threadIdx.x / 32);
+    const int64_t warp_row0 = row0 + 16 * (threadIdx.x / 32 % 4);  // warp of its warpgroup
     if constexpr (kTiled) {
       // A group past N reads the last group (its sums are never stored).
       const int64_t last_group = (p.n - 1) / 16;
@@ -258,6 +261,17 @@ struct WeightSource {
       w.scales_h = fold::scale_word(scales[1], tile, blocks, words);
     }
     return w;
+  }
+
+  // What load() returns for a prepared B, copied asynchronously (copy_async; the caller commits
+  // and waits) into this thread's place in a raw stage: codes of rows g and g + 8, their scales.
+  __device__ __forceinline__ void copy(int tile, uint4* codes_g, uint4* codes_h,
+                                       uint2* scales_gh) const {
+    static_assert(kTiled);
+    const size_t offset = size_t(tile) * layout::kTileBytes;
+    copy_async<16>(codes_g, codes[0] + offset, true);
+    copy_async<16>(codes_h, codes[1] + offset, true);
+    copy_async<8>(scales_gh, scales[0] + size_t(tile) * 64, true);
   }
 
   // w with the padding blocks of a prepared B's last partial tile (scale 0) taking the tile's
@@ -489,6 +503,114 @@ __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t s
   }
 }
 
+// The fast path's promotion of one K tile: fast += (pos - neg) * 2^(base - 129) (per weight row,
+// TileSumScale) * 2^(base_a - 127) (per activation row, the record's factors; the extra 1/4 undoes
+// the doubling of both operands). kSigned: neg is not read (one accumulator set).
+template <int kTokens, bool kSigned>
+__device__ __forceinline__ void promote_tile(float (&fast)[kTokens / 2],
+                                             const int32_t (&pos)[kTokens / 2],
+                                             const int32_t (&neg)[kTokens / 2], uint32_t base_g,
+                                             uint32_t base_h, const float* factor) {
+  const int t = threadIdx.x % 4;
+  const fold::TileSumScale scale_g(base_g), scale_h(base_h);
+  float2 factors[kTokens / 8];
+#pragma unroll
+  for (int j = 0; j < kTokens / 8; j += 2) {
+    if constexpr (kTokens < 16) {
+      factors[j] = *reinterpret_cast<const float2*>(factor + 2 * t);
+    } else {
+      const float4 four = *reinterpret_cast<const float4*>(factor + 8 * j + 4 * t);
+      factors[j] = make_float2(four.x, four.y), factors[j + 1] = make_float2(four.z, four.w);
+    }
+  }
+  const auto tile_sum = [&](const fold::TileSumScale& scale, int i) {
+    if constexpr (kSigned) return scale.single(pos[i]);
+    return scale(pos[i], neg[i]);
+  };
+#pragma unroll
+  for (int j = 0; j < kTokens / 8; ++j) {
+    const float2 fa = factors[j];
+    fast[4 * j + 0] = fmaf(tile_sum(scale_g, 4 * j + 0), fa.x, fast[4 * j + 0]);
+    fast[4 * j + 1] = fmaf(tile_sum(scale_g, 4 * j + 1), fa.y, fast[4 * j + 1]);
+    fast[4 * j + 2] = fmaf(tile_sum(scale_h, 4 * j + 2), fa.x, fast[4 * j + 2]);
+    fast[4 * j + 3] = fmaf(tile_sum(scale_h, 4 * j + 3), fa.y, fast[4 * j + 3]);
+  }
+}
+
+// The CTA's sums of this thread as doubles into partial[token][row] (kPartialStride): its
+// fp32 accumulators and, where it took the exact path, their exact parts. Two copies of the loop,
+// so that exact[] (local memory) is read only by a thread that took the exact path (one loop with
+// a select read all of it in every thread: 10% of the stalls at 128 activation rows).
+template <int kTokens>
+__device__ __forceinline__ void write_partials(double* partial, int token_offset,
+                                               const float (&fast)[kTokens / 2],
+                                               const double (&exact)[kTokens / 2], bool any_exact) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, g = lane / 4, t = lane % 4;
+  const auto write = [&](auto with_exact) {
+#pragma unroll
+    for (int j = 0; j < kTokens / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int token = token_offset + 8 * j + 2 * t + (i & 1),
+                  row = 16 * warp + g + 8 * (i >> 1);
+        double value = static_cast<double>(fast[4 * j + i]);
+        if constexpr (decltype(with_exact)::value) value += exact[4 * j + i];
+        partial[token * kPartialStride + row] = value;
+      }
+  };
+  if (any_exact)
+    write(std::true_type{});
+  else
+    write(std::false_type{});
+}
+
+// Rank r of the cluster finishes its slice of the tile's kTokens x kRows sums (partial[token][row]
+// in each rank's shared memory), adding the ranks' sums in rank order, and stores D (alpha,
+// beta * C, bias, one rounding), two adjacent columns of D at a time; kThreadCount threads take
+// part. Ends with the cluster barrier that keeps every rank's shared memory alive until the others
+// have read it.
+template <int kTokens, int kThreadCount>
+__device__ __forceinline__ void finish_tile(const GemmProblem& p, double* partial, int64_t token0,
+                                            int64_t row0) {
+  constexpr int kPairs = kTokens * kRows / 2, kRowPairs = kRows / 2;
+  const int rank = static_cast<int>(blockIdx.y), splits = static_cast<int>(gridDim.y);
+  const int per_rank = (kPairs + splits - 1) / splits;
+  const int first = rank * per_rank, last = first + per_rank < kPairs ? first + per_rank : kPairs;
+  const bool plain_aligned = plain_epilogue(p) && pairs_aligned(p);
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  // kUnroll pairs per thread at a time, rank by rank: the distributed shared memory reads of the
+  // pairs are in flight together instead of one add's latency each, and each sum still adds the
+  // ranks in order.
+  constexpr int kUnroll = 2;
+  for (int e0 = first + static_cast<int>(threadIdx.x); e0 < last; e0 += kThreadCount * kUnroll) {
+    int index[kUnroll];
+    double2 sums[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int e = e0 + u * kThreadCount < last ? e0 + u * kThreadCount : first;
+      index[u] = (e / kRowPairs) * kPartialStride + 2 * (e % kRowPairs);
+      sums[u] = make_double2(0.0, 0.0);
+    }
+    for (int r = 0; r < splits; ++r) {
+      const double* rank_partial = cluster.map_shared_rank(partial, r);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const double2 v = *reinterpret_cast<const double2*>(rank_partial + index[u]);
+        sums[u].x += v.x, sums[u].y += v.y;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int e = e0 + u * kThreadCount;
+      const int64_t token = token0 + e / kRowPairs, n = row0 + 2 * (e % kRowPairs);
+      if (e < last && token < p.m && n < p.n)
+        store_output_pair(p, token, n, sums[u].x, sums[u].y, plain_aligned);
+    }
+  }
+  cluster_arrive_relaxed_and_wait();  // shared memory stays alive until the others have read it
+}
+
 // kStaged: the K tiles' activation records were written once for the call by
 // stage_activations_kernel (records: tile i at i * ActivationRecord::kBytes); thread 0 copies them
 // into a ring of kStagedSlots with bulk copies, kStagedSlots - 1 tiles ahead. Otherwise the CTA
@@ -517,11 +639,10 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   // 9.9 us, 8 x 8192 x 8192 23.8 -> 23.2, 16 x 28672 x 8192 68.7 -> 67.7; but with 128-row token
   // tiles (two CTAs of 255 registers per SM) 128 x 8192 x 8192 44.9 -> 48.9, so not there.
   if constexpr (kTokens <= kMaxUnstagedTokens) allow_next_grid();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
   const int64_t row0 = int64_t{blockIdx.x} * kRows;
-  const int rank = static_cast<int>(blockIdx.y), splits = static_cast<int>(gridDim.y);
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
-  const int tile_begin = rank * tiles_per_split;
+  const int tile_begin = static_cast<int>(blockIdx.y) * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
   const int blocks = static_cast<int>(p.k / 32);
   const bool a_aligned =
@@ -669,31 +790,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
     }
     const float* factor = reinterpret_cast<const float*>(activation_record + R::kFactorOffset);
     if (fast_path) {
-      // 2^(base - 129) per weight row (TileSumScale), 2^(base - 127) per activation row: the
-      // extra 1/4 undoes the doubling of both operands.
-      const fold::TileSumScale scale_g(w.base_g), scale_h(w.base_h);
-      float2 factors[kTokens / 8];
-#pragma unroll
-      for (int j = 0; j < kTokens / 8; j += 2) {
-        if constexpr (kTokens < 16) {
-          factors[j] = *reinterpret_cast<const float2*>(factor + 2 * t);
-        } else {
-          const float4 four = *reinterpret_cast<const float4*>(factor + 8 * j + 4 * t);
-          factors[j] = make_float2(four.x, four.y), factors[j + 1] = make_float2(four.z, four.w);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kTokens / 8; ++j) {
-        const float2 fa = factors[j];
-        fast[4 * j + 0] =
-            fmaf(scale_g(sums_pos[4 * j + 0], sums_neg[4 * j + 0]), fa.x, fast[4 * j + 0]);
-        fast[4 * j + 1] =
-            fmaf(scale_g(sums_pos[4 * j + 1], sums_neg[4 * j + 1]), fa.y, fast[4 * j + 1]);
-        fast[4 * j + 2] =
-            fmaf(scale_h(sums_pos[4 * j + 2], sums_neg[4 * j + 2]), fa.x, fast[4 * j + 2]);
-        fast[4 * j + 3] =
-            fmaf(scale_h(sums_pos[4 * j + 3], sums_neg[4 * j + 3]), fa.y, fast[4 * j + 3]);
-      }
+      promote_tile<kTokens, kSigned>(fast, sums_pos, sums_neg, w.base_g, w.base_h, factor);
     } else if constexpr (kDeferExact) {
       deferred_exact = true;  // redone after the loop
     } else {
@@ -726,58 +823,249 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   // The CTA's sums as doubles: partial[token][row], over the ring (every warp is done with it).
   __syncthreads();
   double* partial = reinterpret_cast<double*>(smem);
-  // Two copies of the loop, so that exact[] (local memory) is read only by a thread that took the
-  // exact path (one loop with a select read all of it in every thread: 10% of the stalls at 128
-  // activation rows).
-  const auto write_partials = [&](auto with_exact) {
-#pragma unroll
-    for (int j = 0; j < kTokens / 8; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int token = 8 * j + 2 * t + (i & 1), row = 16 * warp + g + 8 * (i >> 1);
-        double value = static_cast<double>(fast[4 * j + i]);
-        if constexpr (decltype(with_exact)::value) value += exact[4 * j + i];
-        partial[token * S::kPartialStride + row] = value;
-      }
-  };
-  if (any_exact)
-    write_partials(std::true_type{});
-  else
-    write_partials(std::false_type{});
+  write_partials<kTokens>(partial, 0, fast, exact, any_exact);
+  finish_tile<kTokens, kThreads>(p, partial, token0, row0);
+#else
+  (void)p;
+  (void)tiles_per_split;
+  (void)records;
+  __trap();
+#endif
+}
 
-  // Rank r finishes its slice of the tile, adding the ranks' sums in rank order.
-  constexpr int kEntries = kTokens * kRows;
-  const int per_rank = (kEntries + splits - 1) / splits;
-  const int first = rank * per_rank,
-            last = first + per_rank < kEntries ? first + per_rank : kEntries;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  // kUnroll entries per thread at a time, rank by rank: the distributed shared memory reads of the
-  // entries are in flight together instead of one add's latency each, and each sum still adds the
-  // ranks in order.
-  constexpr int kUnroll = 4;
-  for (int e0 = first + static_cast<int>(threadIdx.x); e0 < last; e0 += kThreads * kUnroll) {
-    int index[kUnroll];
-    double sums[kUnroll];
+// M above 128: two token tiles share one weight conversion. The one-warpgroup kernel converts its
+// weights again for each 128-row token tile, and each CTA's chain (convert, MMAs, wait, promote)
+// runs with two warps per scheduler (255 registers): at 256 x 8192 x 8192 it issued 516
+// instructions per warp and K tile at 0.45 per cycle, the tensor cores busy a quarter of the time.
+// Here a CTA of three warpgroups converts once for 256 activation rows. The converter warpgroup
+// (the lanes and loads of the one-warpgroup kernel) writes each K tile's 64 weight rows folded as
+// signed int8 — the wgmmas' A operand in shared memory, in the K slots of the register fragments,
+// 128-byte swizzled — each row's base, and per warp its rows' range of bases, into a ring of
+// stages; its thread 0 bulk-copies the two token tiles' activation records of the tile into the
+// same stage. Two consumer warpgroups (token tiles 2 z and 2 z + 1) each issue the tile's four
+// m64n128k32 wgmmas from shared memory and promote as above; one's promotion runs while the
+// other's MMAs do. Numerics, exact path and the partitions' reduction are the one-warpgroup
+// kernel's.
+constexpr int kSharedStages = 4;
+constexpr int kConsumers = 2;
+constexpr int kSharedThreads = kThreads * (1 + kConsumers);
+constexpr int kSharedTokens = kConsumers * kMaxTokens;  // activation rows per CTA
+// setmaxnreg: the converters give registers to the consumers (64 int32 sums, 64 fp32
+// accumulators); the launch's 168 per thread (65536 / 384) is the pool.
+constexpr int kConverterRegisters = 72, kConsumerRegisters = 216;
+static_assert(kThreads * kConverterRegisters + kConsumers * kThreads * kConsumerRegisters <=
+              kSharedThreads * 168);
+// A warp's summary of a K tile (bits 0-7 its rows' smallest base, 8-15 the largest) when one of
+// its rows does not fold: a largest base above every allowed one.
+constexpr uint32_t kWarpNotFolded = 0xFFFFu;
+
+struct SharedSmem {
+  using Record = ActivationRecord<kMaxTokens>;
+  static constexpr int kWeightBytes = kRows * 128;  // one K tile of the 64 rows, int8
+  static constexpr int kStageBytes = kWeightBytes + kConsumers * Record::kSlotStride;
+  static constexpr int kRingBytes = kSharedStages * kStageBytes;
+  static constexpr int kPartialBytes = kSharedTokens * kPartialStride * 8;
+  static constexpr int kBasesOffset =
+      ((kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes) + 15) / 16 * 16;
+  static constexpr int kWarpBasesOffset = kBasesOffset + kSharedStages * kRows * 4;
+  // The converters' raw stages (cp.async): per thread its codes of rows g, g + 8 and their scale
+  // words, each part thread-major (16-byte reads without bank conflicts).
+  static constexpr int kRawOffset = kWarpBasesOffset + kSharedStages * 4 * 4;
+  static constexpr int kRawCodesG = 0, kRawCodesH = kThreads * 16, kRawScales = kThreads * 32;
+  static constexpr int kRawStageBytes = kThreads * 40;
+  static constexpr int kBarrierOffset = kRawOffset + kSharedStages * kRawStageBytes;
+  static constexpr int kBytes = kBarrierOffset + 2 * kSharedStages * 8;
+  static_assert(kStageBytes % 1024 == 0 && Record::kSlotStride % 1024 == 0);
+};
+
+// Writes this converter lane's K tile (rows g and g + 8 of its warp's 16, block t) folded into the
+// stage's weight rows: word q's low and high 16 bits go to K slots 32 q + 4 t and 32 q + 16 + 4 t
+// (slot_byte), where the activations of the same elements are.
+__device__ __forceinline__ void store_folded_rows(const WeightRaw& w, uint8_t* weights,
+                                                  const fold::FoldedRow& fg,
+                                                  const fold::FoldedRow& fh) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, g = lane / 4, t = lane % 4;
+  const uint32_t words[2][4] = {{w.g.x, w.g.y, w.g.z, w.g.w}, {w.h.x, w.h.y, w.h.z, w.h.w}};
+  const fold::FoldedRow* rows[2] = {&fg, &fh};
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int e = e0 + u * kThreads < last ? e0 + u * kThreads : first;
-      index[u] = (e / kRows) * S::kPartialStride + e % kRows;
-      sums[u] = 0.0;
-    }
-    for (int r = 0; r < splits; ++r) {
-      const double* rank_partial = cluster.map_shared_rank(partial, r);
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t shift = rows[h]->ok ? (rows[h]->shifts >> (8 * t)) & 0xFFu : 0u;
+    const uint32_t lo = kMagnitudesLo << shift, hi = kMagnitudesHi << shift;
+    const int row = 16 * warp + g + 8 * h;
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) sums[u] += rank_partial[index[u]];
-    }
+    for (int q = 0; q < 4; ++q)
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int e = e0 + u * kThreads;
-      const int64_t token = token0 + e / kRows, n = row0 + e % kRows;
-      if (e < last && token < p.m && n < p.n) store_output(p, token, n, sums[u]);
-    }
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<uint32_t*>(weights + wgmma::swizzled_offset(row, slot_byte(t, q, half))) =
+            e2m1x4_to_s8x4(words[h][q] >> (16 * half), lo, hi);
   }
-  cluster_arrive_relaxed_and_wait();  // shared memory stays alive until the others have read it
+}
+
+__global__ void __launch_bounds__(kSharedThreads, 1)
+    gemm_skinny_shared_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = SharedSmem;
+  using R = ActivationRecord<kMaxTokens>;
+  constexpr int kAcc = kMaxTokens / 2;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const int role = static_cast<int>(threadIdx.x) / kThreads;  // 0: converter, 1 + c: consumer c
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, g = lane / 4, t = lane % 4;
+  const int64_t row0 = int64_t{blockIdx.x} * kRows;
+  const int tiles = static_cast<int>(layout::k_tiles(p.k));
+  const int tile_begin = static_cast<int>(blockIdx.y) * tiles_per_split;
+  const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
+
+  uint32_t* row_bases = reinterpret_cast<uint32_t*>(smem + S::kBasesOffset);
+  uint32_t* warp_bases = reinterpret_cast<uint32_t*>(smem + S::kWarpBasesOffset);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarrierOffset);
+  uint64_t* empty = full + kSharedStages;
+  const auto stage = [&](int s) { return smem + s * S::kStageBytes; };
+  const auto record = [&](int s, int c) { return stage(s) + S::kWeightBytes + c * R::kSlotStride; };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kSharedStages; ++s) {
+      pipeline::init(&full[s], kThreads + 1);     // the converters, and thread 0's expected bytes
+      pipeline::init(&empty[s], 4 * kConsumers);  // each consumer warp
+    }
+    pipeline::fence_init();
+  }
+  __syncthreads();
+
+  // The ring is used round by round, kSharedStages tiles a round: stage s holds tile first + s,
+  // and the loops are unrolled over the stages so that stage addresses are constants.
+  const auto rounds = [&](auto&& per_tile) {
+    for (int first = tile_begin; first < tile_end; first += kSharedStages) {
+      const uint32_t round = static_cast<uint32_t>((first - tile_begin) / kSharedStages);
+#pragma unroll
+      for (int s = 0; s < kSharedStages; ++s)
+        if (first + s < tile_end) per_tile(first + s, s, round & 1);
+    }
+  };
+
+  if (role == 0) {
+    pipeline::shrink_registers<kConverterRegisters>();
+    const WeightSource<true> source(p, row0);
+    const bool g_exists = row0 + 16 * warp + g < p.n, h_exists = row0 + 16 * warp + g + 8 < p.n;
+    // The weights come kSharedStages tiles ahead through raw stages of this thread's own: tile
+    // first + s in raw stage s, refilled once the tile is converted.
+    uint8_t* const raw = smem + S::kRawOffset;
+    const auto codes_g = [&](int s) {
+      return reinterpret_cast<uint4*>(raw + s * S::kRawStageBytes + S::kRawCodesG) + threadIdx.x;
+    };
+    const auto codes_h = [&](int s) {
+      return reinterpret_cast<uint4*>(raw + s * S::kRawStageBytes + S::kRawCodesH) + threadIdx.x;
+    };
+    const auto scales_gh = [&](int s) {
+      return reinterpret_cast<uint2*>(raw + s * S::kRawStageBytes + S::kRawScales) + threadIdx.x;
+    };
+    const auto copy_tile = [&](int tile, int s) {
+      if (tile < tile_end) source.copy(tile, codes_g(s), codes_h(s), scales_gh(s));
+      commit_copies();  // an empty group past the end keeps the group count uniform
+    };
+    for (int s = 0; s < kSharedStages; ++s) copy_tile(tile_begin + s, s);
+    rounds([&](int tile, int s, uint32_t parity) {
+      wait_copies<kSharedStages - 1>();
+      const uint2 scales = *scales_gh(s);
+      const WeightRaw w =
+          source.valid_scales(WeightRaw{*codes_g(s), *codes_h(s), scales.x, scales.y}, tile);
+      const fold::FoldedRow fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
+      // The warp's summary for the consumers' fast-path check: its existing rows' smallest and
+      // largest base, or kWarpNotFolded where one of them does not fold.
+      const uint32_t lo = __reduce_min_sync(
+          0xFFFFFFFFu, min(g_exists ? fg.base : 0xFFu, h_exists ? fh.base : 0xFFu));
+      const uint32_t hi =
+          __reduce_max_sync(0xFFFFFFFFu, max(g_exists ? fg.base : 0u, h_exists ? fh.base : 0u));
+      const bool folds = __all_sync(0xFFFFFFFFu, (!g_exists || fg.ok) && (!h_exists || fh.ok));
+      pipeline::wait(&empty[s], parity ^ 1);
+      if (threadIdx.x == 0) {
+        wgmma::fence_shared_for_async();  // the consumers' generic reads of the stage come first
+        pipeline::arrive_expect_tx(&full[s], kConsumers * R::kBytes);
+        for (int c = 0; c < kConsumers; ++c)
+          pipeline::bulk_load(record(s, c), records + record_offset<kMaxTokens>(c, tiles, tile),
+                              R::kBytes, &full[s]);
+      }
+      store_folded_rows(w, stage(s), fg, fh);
+      if (t == 0) {
+        row_bases[s * kRows + 16 * warp + g] = fg.base;
+        row_bases[s * kRows + 16 * warp + g + 8] = fh.base;
+      }
+      if (lane == 0) warp_bases[s * 4 + warp] = folds ? hi << 8 | lo : kWarpNotFolded;
+      wgmma::fence_shared_for_async();
+      pipeline::arrive(&full[s]);
+      copy_tile(tile + kSharedStages, s);  // w's registers hold the tile: the raw stage is free
+    });
+    wait_copies<0>();
+  } else {
+    pipeline::grow_registers<kConsumerRegisters>();
+    const int c = role - 1;
+    float fast[kAcc];
+    double exact[kAcc];  // local memory, touched only by the exact path
+    bool any_exact = false;
+    // Always true (M > 128), but as a branch it keeps ptxas from placing accumulators in local
+    // memory (148 bytes spilled around the loop without it).
+    if (c * kMaxTokens < p.m) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) fast[i] = 0.0f;
+      int32_t sums[kAcc];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) sums[i] = 0;
+      // Descriptors differ only in their start address (16-byte units, shared memory < 2^18
+      // bytes: no carry), so 32-bit offsets of stage 0's.
+      const uint64_t weights0 = wgmma::descriptor(wgmma::shared_address(stage(0)));
+      const uint32_t activations0 =
+          static_cast<uint32_t>(wgmma::descriptor(wgmma::shared_address(record(0, c))));
+      const auto with_start = [&](uint32_t start) {
+        return (weights0 & 0xFFFFFFFF00000000ull) | start;
+      };
+      rounds([&](int tile, int s, uint32_t parity) {
+        pipeline::wait(&full[s], parity);
+        wgmma::fence_operands(sums);
+        wgmma::fence();
+        constexpr uint32_t kStageUnits = S::kStageBytes / 16;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          wgmma::mma_s8_m64n128k32(
+              sums, with_start(static_cast<uint32_t>(weights0) + s * kStageUnits + 2 * q),
+              with_start(activations0 + s * kStageUnits + 2 * q), q > 0);
+        wgmma::commit();
+        const uint8_t* activation_record = record(s, c);
+        const BaseRange bases = allowed_bases<kMaxTokens, 1>(activation_record);
+        const uint32_t summary = warp_bases[s * 4 + warp];
+        const bool fast_path = static_cast<int>(summary & 0xFFu) >= bases.need &&
+                               static_cast<int>(summary >> 8) <= bases.allow;
+        const uint32_t base_g = row_bases[s * kRows + 16 * warp + g],
+                       base_h = row_bases[s * kRows + 16 * warp + g + 8];
+        wgmma::wait<0>();
+        wgmma::fence_operands(sums);
+        if (fast_path) {
+          promote_tile<kMaxTokens, true>(
+              fast, sums, sums, base_g, base_h,
+              reinterpret_cast<const float*>(activation_record + R::kFactorOffset));
+        } else {
+          // The tile's weights again from global memory (this path is rare).
+          const WeightSource<true> source(p, row0);
+          if (!any_exact) {
+            for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
+            any_exact = true;
+          }
+          const WeightRaw raw = source.valid_scales(source.load(tile), tile);
+          const int blocks = static_cast<int>(p.k / 32);
+          exact_tile<kMaxTokens>(raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
+                                 activation_record + R::kExponentOffset,
+                                 blocks - 4 * tile < 4 ? blocks - 4 * tile : 4, exact);
+        }
+        __syncwarp();
+        if (lane == 0) pipeline::arrive(&empty[s]);
+      });
+    }
+    // The CTA's sums as doubles: partial[token][row], over the ring once both consumers are done
+    // with it (the converters' last stage has been consumed, every bulk copy has landed). Written
+    // here, so that no accumulator is live where the converters' branch joins (their registers
+    // are fewer).
+    pipeline::named_sync(1, kConsumers * kThreads);
+    write_partials<kMaxTokens>(reinterpret_cast<double*>(smem), c * kMaxTokens, fast, exact,
+                               any_exact);
+  }
+  finish_tile<kSharedTokens, kSharedThreads>(p, reinterpret_cast<double*>(smem), 0, row0);
 #else
   (void)p;
   (void)tiles_per_split;
@@ -873,6 +1161,25 @@ int64_t resident_ctas(int splits, int ordinal) {
   return int64_t{clusters} * splits;
 }
 
+// The 128-row token tiles' split rule (below), for `ctas` CTAs before splitting; resident(s): the
+// CTAs resident at once in clusters of s, allowed(s): whether K takes s partitions.
+template <typename Resident, typename Allowed>
+int splits_for_waves(int64_t ctas, const Resident& resident, const Allowed& allowed) {
+  const int64_t slots = resident(1);
+  int splits = 1;
+  if (ctas <= slots) {
+    while (allowed(splits * 2) && ctas * splits * 2 <= resident(splits * 2)) splits *= 2;
+    return splits;
+  }
+  if (2 * (ctas % slots) >= slots || ctas % slots == 0) return 1;
+  const auto waves_per_work = [&](int s) {
+    return static_cast<double>((ctas * s + slots - 1) / slots) / s;
+  };
+  for (int next = 2; allowed(next); next *= 2)
+    if (waves_per_work(next) < 0.95 * waves_per_work(splits)) splits = next;
+  return splits;
+}
+
 // K partitions per column tile (a cluster's CTAs): a power of two up to 8 (clusters of 3, 5, 6 or
 // 7 CTAs measured slower than both neighbouring powers of two), each partition keeping at least
 // 4 K tiles (5 at 64 activation rows).
@@ -920,19 +1227,7 @@ int choose_splits(const GemmProblem& p) {
       splits = 8;
     return splits;
   }
-  const int64_t slots = resident(1);
-  int splits = 1;
-  if (ctas <= slots) {
-    while (allowed(splits * 2) && ctas * splits * 2 <= resident(splits * 2)) splits *= 2;
-    return splits;
-  }
-  if (2 * (ctas % slots) >= slots || ctas % slots == 0) return 1;
-  const auto waves_per_work = [&](int s) {
-    return static_cast<double>((ctas * s + slots - 1) / slots) / s;
-  };
-  for (int next = 2; allowed(next); next *= 2)
-    if (waves_per_work(next) < 0.95 * waves_per_work(splits)) splits = next;
-  return splits;
+  return splits_for_waves(ctas, resident, allowed);
 }
 
 template <int kTokens, bool kTiled, bool kStaged>
@@ -946,6 +1241,40 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
                   static_cast<unsigned>(token_tiles<kTokens>(p)));
   launch_with_y_cluster(kernel, grid, kThreads, kBytes, p.stream, "gemm_skinny_kernel launch",
                         LaunchOrder::kAfterPrevious, p, per_split, records);
+}
+
+// gemm_skinny_shared_kernel, its dynamic shared memory allowed (once per process).
+auto skinny_shared_kernel() {
+  static_assert(SharedSmem::kBytes <= 227 * 1024);
+  const auto kernel = gemm_skinny_shared_kernel;
+  static const cudaError_t attribute =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SharedSmem::kBytes);
+  check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_shared_kernel)");
+  return kernel;
+}
+
+// Two token tiles per CTA (M = 129..256, a prepared B), split as the one-warpgroup kernel's
+// 128-row tiles are.
+void launch_shared(const GemmProblem& p, const uint8_t* records) {
+  const auto kernel = skinny_shared_kernel();
+  const int64_t tiles = layout::k_tiles(p.k);
+  const auto resident = [&](int splits) {
+    static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
+    int clusters = known[splits].load(std::memory_order_relaxed);
+    if (clusters == 0) {
+      clusters = resident_clusters(kernel, splits, kSharedThreads, SharedSmem::kBytes,
+                                   device_info(p.device.ordinal).sm_count);
+      known[splits].store(clusters, std::memory_order_relaxed);
+    }
+    return int64_t{clusters} * splits;
+  };
+  const auto allowed = [&](int splits) { return splits <= kMaxSplits && tiles / splits >= 4; };
+  const int splits = splits_for_waves(column_tiles(p), resident, allowed);
+  const int per_split = static_cast<int>((tiles + splits - 1) / splits);
+  const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits), 1);
+  launch_with_y_cluster(kernel, grid, kSharedThreads, SharedSmem::kBytes, p.stream,
+                        "gemm_skinny_shared_kernel launch", LaunchOrder::kAfterPrevious, p,
+                        per_split, records);
 }
 
 // Whether the context's workspace holds the problem's activation records.
@@ -973,6 +1302,9 @@ void launch(const GemmProblem& p) {
   // records the kernel may still read.
   launch_kernel(stage_activations_kernel<kTokens>, grid, kThreads, 0, p.stream,
                 "stage_activations_kernel launch", LaunchOrder::kEarly, false, p, records);
+  if constexpr (kTokens == kMaxTokens && kTiled) {
+    if (p.m > kMaxTokens && p.m <= kSharedTokens) return launch_shared(p, records);
+  }
   launch_gemm<kTokens, kTiled, true>(p, records);
 }
 

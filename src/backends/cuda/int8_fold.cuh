@@ -67,6 +67,15 @@ struct TileSumScale {
   __device__ __forceinline__ float operator()(int32_t a, int32_t b = 0) const {
     return __uint_as_float(magic + a - b) - offset;
   }
+  // The same for the sum of one accumulator set (|a| < 2^22): magic + a is (a's low 23 bits) xor
+  // magic — magic's low 22 bits are 0 and its bit 22 is 1, and a's two's complement in 23 bits
+  // toggles bit 22 exactly as adding 2^22 would — one LOP3 on the integer pipe instead of an add
+  // that ptxas issues as IMAD on the FMA pipe, which the FADD and FFMA of the promotion need.
+  __device__ __forceinline__ float single(int32_t a) const {
+    uint32_t bits;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(bits) : "r"(a), "r"(0x7FFFFFu), "r"(magic));
+    return __uint_as_float(bits) - offset;
+  }
 };
 
 // Whether tile sums can be scaled and accumulated in fp32 without leaving its normal range, given
