@@ -664,6 +664,21 @@ void CudaBackend::run_skinny_cases(bool workspace) {
                    GemmCase{m, 17000, k, A4W4_DTYPE_BF16, true, false, scales, m == 256, 0,
                             "cuda.skinny", 0});
         }
+  // One K partition over many column tiles (N = 8448: 132 tiles) with nothing to add to the
+  // product: D is stored 8 columns at a time from each CTA's sums, and with its rows off 16 bytes
+  // (pad 2, a prepared B: a plain one needs rows of whole blocks) two at a time; 128-row token
+  // tiles on a plain B (M = 100) and two of them sharing a conversion on a prepared B (M = 200);
+  // every output dtype.
+  if (workspace)
+    for (int64_t m : {100, 200})
+      for (a4w4_dtype out : outs)
+        for (int64_t pad : {0, 2}) {
+          if (pad == 2 && (out != A4W4_DTYPE_BF16 || m != 200)) continue;
+          run_case(ctx_, rng_,
+                   GemmCase{m, 8448, 256, out, false, false, kTileLocalScales, m == 200, 0,
+                            "cuda.skinny", pad});
+          if (HasFatalFailure()) return;
+        }
 }
 
 TEST_F(CudaBackend, DecodeShapesOfRealModels) {

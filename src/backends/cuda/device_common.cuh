@@ -278,6 +278,45 @@ __device__ __forceinline__ void store_output_pair(const GemmProblem& p, int64_t 
   }
 }
 
+// Whether D's rows allow 16-byte stores of 8 (bf16, fp16) or 4 (fp32) adjacent outputs at columns
+// that are multiples of 8.
+__device__ __forceinline__ bool vectors_aligned(const GemmProblem& p) {
+  const int per_16_bytes = p.d_dtype == A4W4_DTYPE_F32 ? 4 : 8;
+  return reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && p.d_stride % per_16_bytes == 0;
+}
+
+// D[m, n..n + 7] = sums[0..7] rounded once (plain_epilogue, vectors_aligned, n a multiple of 8,
+// n + 8 <= N); sums 16-byte aligned.
+__device__ __forceinline__ void store_output_vector(const GemmProblem& p, int64_t m, int64_t n,
+                                                    const double* sums) {
+  double x[8];
+#pragma unroll
+  for (int i = 0; i < 8; i += 2) {
+    const double2 pair = *reinterpret_cast<const double2*>(sums + i);
+    x[i] = pair.x, x[i + 1] = pair.y;
+  }
+  const int64_t index = m * p.d_stride + n;
+  if (p.d_dtype == A4W4_DTYPE_F32) {
+    uint32_t bits[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float f = __double2float_rn(x[i]);
+      bits[i] = isnan(f) ? numerics::kCanonicalNanF32 : __float_as_uint(f);
+    }
+    uint4* out = reinterpret_cast<uint4*>(static_cast<float*>(p.d) + index);
+    out[0] = make_uint4(bits[0], bits[1], bits[2], bits[3]);
+    out[1] = make_uint4(bits[4], bits[5], bits[6], bits[7]);
+    return;
+  }
+  uint32_t words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    words[i] = rounded_half_bits(p.d_dtype, x[2 * i]) | rounded_half_bits(p.d_dtype, x[2 * i + 1])
+                                                            << 16;
+  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.d) + index) =
+      make_uint4(words[0], words[1], words[2], words[3]);
+}
+
 // Whether D = acc rounded once, with nothing else to add (alpha 1, no C, no bias): the epilogue
 // then rounds fp32 accumulators straight to D's dtype (store_pair).
 __device__ __forceinline__ bool plain_epilogue(const GemmProblem& p) {

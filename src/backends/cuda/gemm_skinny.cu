@@ -577,6 +577,20 @@ __device__ __forceinline__ void finish_tile(const GemmProblem& p, double* partia
   const int per_rank = (kPairs + splits - 1) / splits;
   const int first = rank * per_rank, last = first + per_rank < kPairs ? first + per_rank : kPairs;
   const bool plain_aligned = plain_epilogue(p) && pairs_aligned(p);
+  if (splits == 1 && plain_epilogue(p) && row0 + kRows <= p.n && vectors_aligned(p)) {
+    // One rank and nothing to add: 8 adjacent columns of D at a time, each rounded once from its
+    // double, in one 16-byte store (or two for fp32). H200, 256 x 8192 x 8192: 66.9 -> 64.1 us
+    // on a prepared B, 79.1 -> 74.7 on a plain one.
+    __syncthreads();
+    constexpr int kVectorsPerToken = kRows / 8;
+    for (int v = static_cast<int>(threadIdx.x); v < kTokens * kVectorsPerToken; v += kThreadCount) {
+      const int token = v / kVectorsPerToken, column = 8 * (v % kVectorsPerToken);
+      if (token0 + token >= p.m) continue;
+      const double* sums = partial + token * kPartialStride + column;
+      store_output_vector(p, token0 + token, row0 + column, sums);
+    }
+    return;
+  }
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   // kUnroll pairs per thread at a time, rank by rank: the distributed shared memory reads of the
