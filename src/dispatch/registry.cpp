@@ -49,15 +49,16 @@ constexpr std::array kGemmKernels = {
                "blocks",
                cuda::gemm_gemv_why_not, cuda::gemm_gemv, 15.5},
     // M padded to 8, 16, 32, 64 or 128 activation rows (M > 128 in token tiles of 128, each
-    // converting the weights again); 64-column tiles; its own split of K over a cluster
-    // (auto_split_k). tile_m 16 halves its fill at M <= 8, where it still ranks above cuda.decode
-    // on either layout: with the activations staged in a workspace it runs M = 5..8 1.2-1.4x
-    // faster than cuda.decode on a prepared B (without a workspace about 10% slower). From M = 65
-    // (with a workspace only) it competes with the int8 family (min_m 65): on the H200 1.4-2.0x
-    // faster than cuda.int8_128x128 at M = 96..128, 0.9-1.2x at 192..256, slower from 384
-    // (bench/RESULTS.md). Speed 26 (28.6 on a prepared B) ranks it first up to M = 256 (the
-    // int8 family scores at most 26 there); max_m 256. It stays below cuda.gemv at M <= 4 and
-    // above cuda.decode at 5..64 as before.
+    // converting the weights again; on a prepared B both share one conversion); 64-column tiles;
+    // its own split of K over a cluster (auto_split_k). tile_m 16 halves its fill at M <= 8, where
+    // it still ranks above cuda.decode on either layout: with the activations staged in a workspace
+    // it runs M = 5..8 1.2-1.4x faster than cuda.decode on a prepared B (without a workspace about
+    // 10% slower). From M = 65 (with a workspace only) it competes with the int8 family (min_m 65):
+    // on the H200 1.4-2.0x faster than cuda.int8_128x128 at M = 96..128, 0.9-1.2x at 192..256 (1.5x
+    // on a prepared B since its two token tiles share a conversion: 256 x 8192 x 8192 in 64 us),
+    // slower from 384 (bench/RESULTS.md). Speed 26 (28.6 on a prepared B) ranks it first up to M =
+    // 256 (the int8 family scores at most 26 there); max_m 256. It stays below cuda.gemv at M <= 4
+    // and above cuda.decode at 5..64 as before.
     GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
                true, 1, 256, 26.0,
                "sm_90a; plain B with 16-byte aligned rows or a prepared B of version 2 (16-byte "
