@@ -227,7 +227,11 @@ __device__ __forceinline__ float load_float(a4w4_dtype dtype, const void* base, 
 // Rounding once, to nearest even: fp32 directly; bf16 and fp16 through a float rounded to odd,
 // which has enough extra bits (24 vs 8 or 11) for the second rounding to be exact. NaN is written
 // as the canonical quiet NaN of the dtype, as on the CPU (numerics/float_formats.h).
-// rounded_half_bits: the bits of a 16-bit element (bf16 or fp16) so rounded.
+// rounded_f32_bits / rounded_half_bits: the bits of an fp32 or a 16-bit (bf16, fp16) element so
+// rounded.
+__device__ __forceinline__ uint32_t rounded_f32_bits(double value) {
+  return isnan(value) ? numerics::kCanonicalNanF32 : __float_as_uint(__double2float_rn(value));
+}
 __device__ __forceinline__ uint32_t rounded_half_bits(a4w4_dtype dtype, double value) {
   if (isnan(value))
     return dtype == A4W4_DTYPE_BF16 ? numerics::kCanonicalNanBf16 : numerics::kCanonicalNanFp16;
@@ -239,8 +243,7 @@ __device__ __forceinline__ uint32_t rounded_half_bits(a4w4_dtype dtype, double v
 __device__ __forceinline__ void store_rounded(a4w4_dtype dtype, void* base, int64_t index,
                                               double value) {
   if (dtype == A4W4_DTYPE_F32) {
-    static_cast<uint32_t*>(base)[index] =
-        isnan(value) ? numerics::kCanonicalNanF32 : __float_as_uint(__double2float_rn(value));
+    static_cast<uint32_t*>(base)[index] = rounded_f32_bits(value);
     return;
   }
   static_cast<uint16_t*>(base)[index] = static_cast<uint16_t>(rounded_half_bits(dtype, value));
@@ -268,10 +271,8 @@ __device__ __forceinline__ void store_output_pair(const GemmProblem& p, int64_t 
   }
   const int64_t index = m * p.d_stride + n;
   if (p.d_dtype == A4W4_DTYPE_F32) {
-    const float fx = __double2float_rn(x), fy = __double2float_rn(y);
     *reinterpret_cast<uint2*>(static_cast<float*>(p.d) + index) =
-        make_uint2(isnan(fx) ? numerics::kCanonicalNanF32 : __float_as_uint(fx),
-                   isnan(fy) ? numerics::kCanonicalNanF32 : __float_as_uint(fy));
+        make_uint2(rounded_f32_bits(x), rounded_f32_bits(y));
   } else {
     *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) =
         rounded_half_bits(p.d_dtype, x) | rounded_half_bits(p.d_dtype, y) << 16;
@@ -299,10 +300,7 @@ __device__ __forceinline__ void store_output_vector(const GemmProblem& p, int64_
   if (p.d_dtype == A4W4_DTYPE_F32) {
     uint32_t bits[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float f = __double2float_rn(x[i]);
-      bits[i] = isnan(f) ? numerics::kCanonicalNanF32 : __float_as_uint(f);
-    }
+    for (int i = 0; i < 8; ++i) bits[i] = rounded_f32_bits(x[i]);
     uint4* out = reinterpret_cast<uint4*>(static_cast<float*>(p.d) + index);
     out[0] = make_uint4(bits[0], bits[1], bits[2], bits[3]);
     out[1] = make_uint4(bits[4], bits[5], bits[6], bits[7]);

@@ -576,7 +576,6 @@ __device__ __forceinline__ void finish_tile(const GemmProblem& p, double* partia
   const int rank = static_cast<int>(blockIdx.y), splits = static_cast<int>(gridDim.y);
   const int per_rank = (kPairs + splits - 1) / splits;
   const int first = rank * per_rank, last = first + per_rank < kPairs ? first + per_rank : kPairs;
-  const bool plain_aligned = plain_epilogue(p) && pairs_aligned(p);
   if (splits == 1 && plain_epilogue(p) && row0 + kRows <= p.n && vectors_aligned(p)) {
     // One rank and nothing to add: 8 adjacent columns of D at a time, each rounded once from its
     // double, in one 16-byte store (or two for fp32). H200, 256 x 8192 x 8192: 66.9 -> 64.1 us
@@ -591,6 +590,7 @@ __device__ __forceinline__ void finish_tile(const GemmProblem& p, double* partia
     }
     return;
   }
+  const bool plain_aligned = plain_epilogue(p) && pairs_aligned(p);
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   // kUnroll pairs per thread at a time, rank by rank: the distributed shared memory reads of the
@@ -623,6 +623,22 @@ __device__ __forceinline__ void finish_tile(const GemmProblem& p, double* partia
     }
   }
   cluster_arrive_relaxed_and_wait();  // shared memory stays alive until the others have read it
+}
+
+// The exact path's contribution of K tile `tile` (this lane's weights `raw`, its record) added to
+// exact[], which starts at zero the first time (any_exact).
+template <int kTokens, bool kRecordInWorkspace>
+__device__ __forceinline__ void add_exact_tile(int tile, int blocks, const WeightRaw& raw,
+                                               const uint8_t* activation_record,
+                                               double (&exact)[kTokens / 2], bool& any_exact) {
+  if (!any_exact) {
+    for (int i = 0; i < kTokens / 2; ++i) exact[i] = 0.0;
+    any_exact = true;
+  }
+  const int valid = blocks - 4 * tile < 4 ? blocks - 4 * tile : 4;
+  exact_tile<kTokens, kRecordInWorkspace>(
+      raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
+      activation_record + ActivationRecord<kTokens>::kExponentOffset, valid, exact);
 }
 
 // kStaged: the K tiles' activation records were written once for the call by
@@ -737,17 +753,6 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
     return __all_sync(0xFFFFFFFFu, lane_ok);
   };
   // The exact path for K tile `tile` with its record (in_workspace: the record in global memory).
-  const auto exact_tile_of = [&](int tile, const WeightRaw& raw, const uint8_t* activation_record,
-                                 auto in_workspace) {
-    if (!any_exact) {
-      for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
-      any_exact = true;
-    }
-    const int valid = blocks - 4 * tile < 4 ? blocks - 4 * tile : 4;
-    exact_tile<kTokens, decltype(in_workspace)::value>(
-        raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
-        activation_record + R::kExponentOffset, valid, exact);
-  };
 
   const uint64_t slot0_descriptor = wgmma::descriptor(wgmma::shared_address(smem));
   const auto step = [&](int tile, WeightRaw& buffer) {
@@ -809,8 +814,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       deferred_exact = true;  // redone after the loop
     } else {
       // The tile's weights again (the registers hold tile + kLead now; this path is rare).
-      exact_tile_of(tile, source.valid_scales(source.load(tile), tile), activation_record,
-                    std::false_type{});
+      add_exact_tile<kTokens, false>(tile, blocks, source.valid_scales(source.load(tile), tile),
+                                     activation_record, exact, any_exact);
     }
   };
   int tile = tile_begin;
@@ -829,7 +834,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
         const fold::FoldedRow fg = fold::fold_row(raw.scales_g), fh = fold::fold_row(raw.scales_h);
         if (!warp_fast(allowed_bases<kTokens, 1>(activation_record), fg.ok, fg.base, fh.ok,
                        fh.base))
-          exact_tile_of(t2, raw, activation_record, std::true_type{});
+          add_exact_tile<kTokens, true>(t2, blocks, raw, activation_record, exact, any_exact);
       }
     }
   }
@@ -847,19 +852,19 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
 #endif
 }
 
-// M above 128: two token tiles share one weight conversion. The one-warpgroup kernel converts its
-// weights again for each 128-row token tile, and each CTA's chain (convert, MMAs, wait, promote)
-// runs with two warps per scheduler (255 registers): at 256 x 8192 x 8192 it issued 516
-// instructions per warp and K tile at 0.45 per cycle, the tensor cores busy a quarter of the time.
+// M = 129..256 on a prepared B: two token tiles share one weight conversion. The one-warpgroup
+// kernel converts its weights again for each 128-row token tile, and each CTA's chain (convert,
+// MMAs, wait, promote) runs with two warps per scheduler (255 registers): at 256 x 8192 x 8192 it
+// issued 516 instructions per warp and K tile at 0.45 per cycle, the tensor cores busy a quarter
+// of the time.
 // Here a CTA of three warpgroups converts once for 256 activation rows. The converter warpgroup
 // (the lanes and loads of the one-warpgroup kernel) writes each K tile's 64 weight rows folded as
 // signed int8 — the wgmmas' A operand in shared memory, in the K slots of the register fragments,
 // 128-byte swizzled — each row's base, and per warp its rows' range of bases, into a ring of
 // stages; its thread 0 bulk-copies the two token tiles' activation records of the tile into the
-// same stage. Two consumer warpgroups (token tiles 2 z and 2 z + 1) each issue the tile's four
-// m64n128k32 wgmmas from shared memory and promote as above; one's promotion runs while the
-// other's MMAs do. Numerics, exact path and the partitions' reduction are the one-warpgroup
-// kernel's.
+// same stage. Two consumer warpgroups (token tiles 0 and 1) each issue the tile's four m64n128k32
+// wgmmas from shared memory and promote as above. Numerics, exact path and the partitions'
+// reduction are the one-warpgroup kernel's.
 constexpr int kSharedStages = 4;
 constexpr int kConsumers = 2;
 constexpr int kSharedThreads = kThreads * (1 + kConsumers);
@@ -1057,15 +1062,9 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
         } else {
           // The tile's weights again from global memory (this path is rare).
           const WeightSource<true> source(p, row0);
-          if (!any_exact) {
-            for (int i = 0; i < kAcc; ++i) exact[i] = 0.0;
-            any_exact = true;
-          }
-          const WeightRaw raw = source.valid_scales(source.load(tile), tile);
-          const int blocks = static_cast<int>(p.k / 32);
-          exact_tile<kMaxTokens>(raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
-                                 activation_record + R::kExponentOffset,
-                                 blocks - 4 * tile < 4 ? blocks - 4 * tile : 4, exact);
+          add_exact_tile<kMaxTokens, false>(tile, static_cast<int>(p.k / 32),
+                                            source.valid_scales(source.load(tile), tile),
+                                            activation_record, exact, any_exact);
         }
         __syncwarp();
         if (lane == 0) pipeline::arrive(&empty[s]);
@@ -1160,19 +1159,26 @@ auto skinny_kernel() {
   return kernel;
 }
 
+// CTAs of `kernel` resident at once in clusters of `splits`, asked once per kernel and split
+// (`known`: clusters, 0 where not asked yet).
+template <typename Kernel>
+int64_t cached_resident_ctas(std::atomic<int> (&known)[kMaxSplits + 1], Kernel kernel, int threads,
+                             int bytes, int splits, int ordinal) {
+  int clusters = known[splits].load(std::memory_order_relaxed);
+  if (clusters == 0) {
+    clusters = resident_clusters(kernel, splits, threads, bytes, device_info(ordinal).sm_count);
+    known[splits].store(clusters, std::memory_order_relaxed);
+  }
+  return int64_t{clusters} * splits;
+}
+
 // CTAs of the kernel resident at once in clusters of `splits` (the GPCs decide where clusters
 // fit: on the H200 at four CTAs per SM, 528 CTAs alone but 496 in clusters of 4 or 8).
 template <int kTokens, bool kTiled, bool kStaged>
 int64_t resident_ctas(int splits, int ordinal) {
   static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
-  int clusters = known[splits].load(std::memory_order_relaxed);
-  if (clusters == 0) {
-    const auto kernel = skinny_kernel<kTokens, kTiled, kStaged>();
-    constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
-    clusters = resident_clusters(kernel, splits, kThreads, kBytes, device_info(ordinal).sm_count);
-    known[splits].store(clusters, std::memory_order_relaxed);
-  }
-  return int64_t{clusters} * splits;
+  return cached_resident_ctas(known, skinny_kernel<kTokens, kTiled, kStaged>(), kThreads,
+                              Smem<kTokens, kSlotsOf<kStaged>>::kBytes, splits, ordinal);
 }
 
 // The 128-row token tiles' split rule (below), for `ctas` CTAs before splitting; resident(s): the
@@ -1272,15 +1278,10 @@ auto skinny_shared_kernel() {
 void launch_shared(const GemmProblem& p, const uint8_t* records) {
   const auto kernel = skinny_shared_kernel();
   const int64_t tiles = layout::k_tiles(p.k);
+  static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
   const auto resident = [&](int splits) {
-    static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
-    int clusters = known[splits].load(std::memory_order_relaxed);
-    if (clusters == 0) {
-      clusters = resident_clusters(kernel, splits, kSharedThreads, SharedSmem::kBytes,
-                                   device_info(p.device.ordinal).sm_count);
-      known[splits].store(clusters, std::memory_order_relaxed);
-    }
-    return int64_t{clusters} * splits;
+    return cached_resident_ctas(known, kernel, kSharedThreads, SharedSmem::kBytes, splits,
+                                p.device.ordinal);
   };
   const auto allowed = [&](int splits) { return splits <= kMaxSplits && tiles / splits >= 4; };
   const int splits = splits_for_waves(column_tiles(p), resident, allowed);
