@@ -4,6 +4,8 @@
 // warm-up, rotating through operand sets larger than the L2 cache. cuBLAS is a baseline only.
 #pragma once
 
+#include <a4w4/a4w4.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,6 +28,7 @@ struct GpuBenchOptions {
   BenchData data = BenchData::kTypical;
   std::string kernel;  // "" = dispatch
   int split_k = 0;
+  a4w4_math_mode math_mode = A4W4_MATH_EXACT;
   std::string out_dtype = "bf16";
   std::string tuned;               // a tuned configuration to load ("": none, or A4W4_TUNED_CONFIG)
   bool compare_heuristic = false;  // also time the heuristic's choice (a context without tuning)

@@ -41,6 +41,7 @@ struct BenchSettings {
   bool quantize = false;
   std::string kernel;
   int split_k = 0;
+  a4w4_math_mode math_mode = A4W4_MATH_EXACT;
   int threads = 0;
   std::string out_dtype = "bf16";
   std::string tuned;
@@ -106,6 +107,7 @@ void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shap
     a4w4_gemm_options_init(&options);
     options.split_k = s.split_k;
     options.kernel = s.kernel.empty() ? nullptr : s.kernel.c_str();
+    options.math_mode = s.math_mode;  // the CPU kernels compute exactly in either mode
     auto median_us = [&](const Context& ctx) {
       auto call = [&] {
         check(a4w4_gemm(ctx.get(), &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
@@ -167,6 +169,7 @@ void run_bench(const BenchSettings& s) {
   options.data = bench::bench_data_names().at(s.wide_scales ? "wide" : s.data);
   options.kernel = s.kernel;
   options.split_k = s.split_k;
+  options.math_mode = s.math_mode;
   options.out_dtype = s.out_dtype;
   options.tuned = s.tuned;
   options.compare_heuristic = s.compare_heuristic;
@@ -177,9 +180,10 @@ void run_bench(const BenchSettings& s) {
     const auto rows = bench::run_gpu_gemm_bench(shapes, options, facts, show_progress);
     fmt::print(
         "device: {} (L2 {:.0f} MiB), copy bandwidth {:.0f} GB/s (bytes read + written); "
-        "D in {}; data: {}; median of {} graph replays per figure\n\n",
+        "D in {}; data: {}; math: {}; median of {} graph replays per figure\n\n",
         facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype,
-        bench::describe(options.data), s.samples);
+        bench::describe(options.data), s.math_mode == A4W4_MATH_FAST_ACCUM ? "fast" : "exact",
+        s.samples);
     fmt::print("{}", bench::format_gemm_table(rows, facts));
     if (s.quantize) {
       std::vector<bench::QuantizeBenchRow> q = {
@@ -244,6 +248,7 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--kernel", settings->kernel, "Run this registered kernel (a4w4 kernels)");
   command->add_option("--split-k", settings->split_k, "Split K into N partitions (0: automatic)")
       ->check(CLI::NonNegativeNumber);
+  add_math_option(*command, settings->math_mode);
   command->add_option("--out-dtype", settings->out_dtype, "D's dtype")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   command->add_option("--tuned", settings->tuned, "Load this tuned configuration")

@@ -131,6 +131,7 @@ void add_gemm_command(CLI::App& app) {
                    "Split the K blocks into N partitions (0: automatic)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--kernel", state->settings.kernel, "Run this kernel (see a4w4 kernels)");
+  add_math_option(*command, state->settings.math_mode);
   command->add_option("--tuned", state->settings.tuned, "Load this tuned configuration")
       ->check(CLI::ExistingFile);
   add_threads_option(*command, state->settings.threads);

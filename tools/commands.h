@@ -2,6 +2,8 @@
 // callback, reporting failures by throwing cli::Failure.
 #pragma once
 
+#include <a4w4/a4w4.h>
+
 #include <CLI/CLI.hpp>
 #include <string>
 #include <utility>
@@ -29,6 +31,14 @@ CLI::Option* add_choice_option(CLI::App& command, const std::string& name, T& ta
   };
   return command.add_option_function<std::string>(name, store, description)
       ->check(CLI::IsMember(names, CLI::ignore_case));
+}
+
+// --math exact|fast: a4w4_gemm_options.math_mode.
+inline CLI::Option* add_math_option(CLI::App& command, a4w4_math_mode& mode) {
+  return add_choice_option<a4w4_math_mode>(
+      command, "--math", mode, {{"exact", A4W4_MATH_EXACT}, {"fast", A4W4_MATH_FAST_ACCUM}},
+      "Math mode: exact (the contract, default) or fast (tensor-core accumulation inside a K tile "
+      "where a kernel has it: A4W4_MATH_FAST_ACCUM)");
 }
 
 void add_info_command(CLI::App& app);

@@ -83,7 +83,7 @@ void run_gemm_benchmark(const BenchOptions& options, const GemmSettings& setting
 
   const std::vector<double> result = result_values(settings.out, gemm.result());
   const Comparison comparison = compare(result, reference_gemm(a, b));
-  const double limit = check_tolerance(settings.out);
+  const double limit = check_tolerance(settings.out, settings.math_mode);
   const bool passed = comparison.relative_error <= limit && comparison.nan_mismatches == 0 &&
                       comparison.infinite == 0;
   fmt::print("check: ||D - ref|| / ||ref|| = {:.3e} (tolerance {:.0e} for {}; float64 reference)",

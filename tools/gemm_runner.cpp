@@ -1,5 +1,6 @@
 #include "gemm_runner.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "float_bits.h"
@@ -31,16 +32,17 @@ const char* out_dtype_name(OutDtype dtype) {
 }
 
 // fp32 rounding (2^-24) leaves ~1e-7; bf16 (2^-9) under 4e-3; fp16 (2^-12 relative) under 1e-3.
-double check_tolerance(OutDtype dtype) {
+double check_tolerance(OutDtype dtype, a4w4_math_mode mode) {
+  const double fast = mode == A4W4_MATH_FAST_ACCUM ? 1e-2 : 0.0;
   switch (dtype) {
     case OutDtype::kBF16:
-      return 4e-3;
+      return std::max(fast, 4e-3);
     case OutDtype::kF16:
-      return 1e-3;
+      return std::max(fast, 1e-3);
     case OutDtype::kF32:
       break;
   }
-  return 1e-5;
+  return std::max(fast, 1e-5);
 }
 
 GemmRun::GemmRun(const GemmSettings& settings, DeviceMemory& memory, const MxMatrix& a,
@@ -54,6 +56,7 @@ GemmRun::GemmRun(const GemmSettings& settings, DeviceMemory& memory, const MxMat
   options_.beta = settings.beta;
   options_.split_k = settings.split_k;
   options_.kernel = kernel_.empty() ? nullptr : kernel_.c_str();
+  options_.math_mode = settings.math_mode;
 
   const a4w4_device device = memory.device();
   const auto mx_operand = [&](const MxMatrix& op, a4w4_tensor& values, a4w4_tensor& scales) {

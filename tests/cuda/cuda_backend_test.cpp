@@ -135,7 +135,12 @@ enum ScaleKind {
   // j % 11 == 3 of every row 6..9 binades above the row's base (high blocks, folded apart) — and,
   // in the rows of 128-row tile 2, blocks j % 7 == 1 5 above too (the tile's high group then
   // spreads over up to 5 binades in some K tiles, which do not fold).
-  kFoldOutlierScales = 9
+  kFoldOutlierScales = 9,
+  // kTileConstantScales: one scale per row and 128-K tile (a row base in 100..150 plus 0..7 by
+  // tile) and codes of magnitude at most 1.5: every product of a K tile is a multiple of the same
+  // power of two and a tile's sum spans fewer than 13 binades of it, so fast accumulation's fp8
+  // tensor-core sums lose nothing (it must then meet the exact contract's bound).
+  kTileConstantScales = 10
 };
 
 // Random codes (all 16) and scales of `kind`, with a few NaN scales.
@@ -145,6 +150,8 @@ Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad,
   p.data.resize(static_cast<size_t>(rows * p.stride / 2));
   p.scales.resize(static_cast<size_t>(rows * p.scale_stride));
   for (auto& byte : p.data) byte = static_cast<uint8_t>(rng());
+  if (kind == kTileConstantScales)
+    for (auto& byte : p.data) byte &= 0xBB;  // codes 0..3 and 8..11: |v| <= 1.5
   if (kind == kFoldPeakScales)
     for (size_t i = 0; i < p.data.size(); ++i) {
       const bool even_row = static_cast<int64_t>(i) / (p.stride / 2) % 2 == 0;
@@ -152,16 +159,21 @@ Packed random_packed(std::mt19937_64& rng, int64_t rows, int64_t k, int64_t pad,
                       ? 0x77
                       : static_cast<uint8_t>((rng() % 2 ? 0x07 : 0x0F) | (rng() % 2 ? 0x70 : 0xF0));
     }
-  std::uniform_int_distribution<int> narrow(117, 137), any(0, 254), base(100, 150), near(0, 3);
+  std::uniform_int_distribution<int> narrow(117, 137), any(0, 254), base(100, 150), near(0, 3),
+      eight(0, 7);
   std::uniform_real_distribution<double> unit(0, 1);
   if (kind >= kFoldScales) nan_fraction = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     const int row_base =
         kind == kExtremeFoldScales ? (r / 128 % 2 == 0 ? 0 : 248) + near(rng) : base(rng);
+    int tile_offset = 0;
     for (int64_t j = 0; j < p.scale_stride; ++j) {
       uint8_t& s = p.scales[static_cast<size_t>(r * p.scale_stride + j)];
-      if (kind == kFoldScales || kind == kExtremeFoldScales ||
-          (kind == kFoldMixedScales && r / 128 != 2)) {
+      if (j % 4 == 0) tile_offset = eight(rng);
+      if (kind == kTileConstantScales) {
+        s = static_cast<uint8_t>(row_base + tile_offset);
+      } else if (kind == kFoldScales || kind == kExtremeFoldScales ||
+                 (kind == kFoldMixedScales && r / 128 != 2)) {
         s = static_cast<uint8_t>(row_base + near(rng));
       } else if (kind == kFoldDriftScales) {
         const bool drifts = r / 128 % 2 == 1 || r % 37 == 5;
@@ -225,7 +237,18 @@ struct GemmCase {
   int64_t pad;         // extra elements per row of every operand (strided operands)
   int64_t a_pad = 0;   // more extra elements per row of A alone (2: A rows off 16-byte alignment)
   a4w4_layout prepared_layout = A4W4_LAYOUT_PREPARED_V2;  // with `prepared`
+  a4w4_math_mode math_mode = A4W4_MATH_EXACT;
+  // What the comparison allows beyond the contract's bound, as a multiple of |alpha| * D_abs:
+  // kFastAccumBound for fast accumulation, 0 where it must be as exact as the contract.
+  double fast_bound = 0.0;
 };
+
+// A4W4_MATH_FAST_ACCUM's documented bound (docs/semantics.md): |D - D_exact| <= 2^-5 * |alpha| *
+// D_abs beyond the exact mode's.
+constexpr double kFastAccumBound = 0x1p-5;
+// The largest (|D - reference| - the exact bound) / (|alpha| * D_abs) seen in fast-accumulation
+// cases (reported).
+double fast_worst_ratio = 0.0;
 
 std::string describe(const GemmCase& c) {
   return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
@@ -233,7 +256,8 @@ std::string describe(const GemmCase& c) {
          " bias=" + std::to_string(c.with_bias) + " scales=" + std::to_string(c.scales) +
          " prepared=" + (c.prepared ? std::to_string(c.prepared_layout) : std::string("0")) +
          " split=" + std::to_string(c.split_k) + " kernel=" + (c.kernel ? c.kernel : "auto") +
-         " pad=" + std::to_string(c.pad) + " a_pad=" + std::to_string(c.a_pad);
+         " pad=" + std::to_string(c.pad) + " a_pad=" + std::to_string(c.a_pad) +
+         " math=" + std::to_string(c.math_mode);
 }
 
 // A packed operand copied to GPU 0, with its values' and its scales' tensors.
@@ -297,6 +321,7 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
   options.alpha = !c.with_c && !c.with_bias && c.m % 2 == 0 ? 1.0f : 0.75f;
   options.beta = c.with_c ? -1.5f : 0.0f;
   options.split_k = c.split_k;
+  options.math_mode = c.math_mode;  // the CPU reference computes exactly in either mode
 
   // CPU reference (named, so a faster CPU kernel never stands in for the oracle).
   options.kernel = "cpu.reference";
@@ -425,8 +450,17 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
           (c.with_c ? std::abs(options.beta * c_host[static_cast<size_t>(i * d_stride + j)])
                     : 0.0) +
           (c.with_bias ? std::abs(bias[static_cast<size_t>(j)]) : 0.0);
-      const double bound = static_cast<double>(c.k / 32 + 3) * 0x1p-24 * magnitude +
-                           2 * unit_out * std::max(std::abs(ref), std::abs(got)) + smallest_out;
+      const double abs_product =
+          std::abs(static_cast<double>(options.alpha)) * d_abs[static_cast<size_t>(i * c.n + j)];
+      const double exact_bound = static_cast<double>(c.k / 32 + 3) * 0x1p-24 * magnitude +
+                                 2 * unit_out * std::max(std::abs(ref), std::abs(got)) +
+                                 smallest_out;
+      const double bound = exact_bound + c.fast_bound * abs_product;
+      // Fast accumulation's error beyond the exact contract's bound, relative to |alpha| D_abs.
+      if (c.math_mode == A4W4_MATH_FAST_ACCUM && abs_product > 0 && std::isfinite(abs_product) &&
+          std::isfinite(got - ref))
+        fast_worst_ratio =
+            std::max(fast_worst_ratio, (std::abs(got - ref) - exact_bound) / abs_product);
       bool ok;
       if (bitwise) {
         ok = std::memcmp(&d_cpu[off], &d_gpu[off], elem) == 0 ||
@@ -607,6 +641,67 @@ TEST_F(CudaBackend, SkinnyMatchesTheReference) {
     run_case(ctx_, rng_,
              GemmCase{64, 200, 4160, A4W4_DTYPE_F32, false, true, kTileLocalScales, prepared, 0,
                       "cuda.skinny", 0});
+}
+
+TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
+  // A4W4_MATH_FAST_ACCUM: cuda.skinny's two-token-tile kernel (M = 129..256 on a prepared B) runs
+  // FP8 e4m3 wgmmas that accumulate in the tensor cores; every other kernel and layout computes
+  // exactly. Each element is held to the exact contract's bound plus kFastAccumBound * |alpha| *
+  // D_abs, and where the tensor cores lose nothing (kTileConstantScales) to the exact bound alone.
+  // Data outside the e4m3 window takes the exact path: narrow scales (weight rows spread over more
+  // than 11 binades: their warps for every K tile), wide ones with NaN, folding rows at the E8M0
+  // extremes (activation bases outside 13..205, weight bases below 1), a wide 128-row band of B
+  // (mixed), activation rows drifting by 4 binades a K tile or with outlier channels (chunks of 8
+  // K tiles in or out of the window). Every output dtype and epilogue, ragged N, partial K tiles,
+  // split K (partitions starting inside a chunk), strided operands.
+  size_t bytes = 0;
+  ASSERT_EQ(a4w4_gemm_workspace_size(300, 8448, 8192, &bytes), A4W4_SUCCESS);
+  DeviceBuffer workspace(bytes);
+  ASSERT_NE(workspace.get(), nullptr);
+  ASSERT_EQ(cudaMemset(workspace.get(), 0xC3, bytes), cudaSuccess);
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(0), workspace.get(), bytes), A4W4_SUCCESS);
+  fast_worst_ratio = 0.0;
+  const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
+  const auto fast_case = [&](GemmCase c) {
+    c.math_mode = A4W4_MATH_FAST_ACCUM;
+    c.fast_bound = c.scales == kTileConstantScales ? 0.0 : kFastAccumBound;
+    run_case(ctx_, rng_, c);
+  };
+  int v = 0;
+  for (int64_t m : {129, 200, 256})
+    for (int64_t k : {160, 1024, 4160})
+      for (int scales :
+           {kTileLocalScales, kTileConstantScales, kFoldScales, kNarrowScales, kWideScales,
+            kExtremeFoldScales, kMixedScales, kFoldDriftScales, kFoldOutlierScales}) {
+        if ((m + k / 32 + scales) % 2 != 0 && scales != kTileLocalScales &&
+            scales != kTileConstantScales)
+          continue;  // quicker
+        const int64_t n = v % 3 == 0 ? 1000 : (v % 3 == 1 ? 72 : 200);
+        fast_case(GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, true, 0,
+                           "cuda.skinny", v % 4 == 0 ? 32 : 0, v % 5 == 0 ? 2 : 0});
+        if (HasFatalFailure()) return;
+        ++v;
+      }
+  // Long K (each weight row's window over 64 K tiles) and more column tiles (N = 8448: one K
+  // partition, D stored 8 columns at a time), chosen by the dispatcher.
+  for (int scales : {kTileLocalScales, kTileConstantScales}) {
+    fast_case(GemmCase{256, 1000, 8192, A4W4_DTYPE_F32, false, false, scales, true, 0, nullptr, 0});
+    fast_case(
+        GemmCase{192, 8448, 1024, A4W4_DTYPE_BF16, false, false, scales, true, 0, nullptr, 0});
+    if (HasFatalFailure()) return;
+  }
+  // Every other kernel computes exactly in fast mode: the contract's bound alone.
+  for (int64_t m : {1, 20, 64, 200, 300}) {
+    GemmCase c{m, 1000,    1024, A4W4_DTYPE_F32, false, true, kTileLocalScales, m != 200,
+               0, nullptr, 0};
+    c.math_mode = A4W4_MATH_FAST_ACCUM;
+    run_case(ctx_, rng_, c);
+    if (HasFatalFailure()) return;
+  }
+  std::printf(
+      "fast accumulation: largest (|D - reference| - exact bound) / (|alpha| * D_abs) = %.3g "
+      "(bound %.3g)\n",
+      fast_worst_ratio, kFastAccumBound);
 }
 
 void CudaBackend::run_skinny_cases(bool workspace) {

@@ -368,11 +368,42 @@ __device__ __forceinline__ void load_activations(
   }
 }
 
-// Folds and writes one K tile's activations as a record (see ActivationRecord).
+// Fast accumulation's activation rows are folded per chunk of kFastChunkTiles K tiles (aligned
+// to K): one base per row and chunk, so a consumer loads the rows' factors once per chunk rather
+// than once per K tile (those loads had been an eighth of the kernel's time). A row takes the
+// fp8 path in a chunk when its block scales there fit the e4m3 window (fold::FastRange) and its
+// base keeps the fp32 accumulation of tile sums times 2^(base - 127) normal and finite: products
+// of the stored values are at least 2^-12 and a tile's sum below 2^24.2, over at most 2^24 tiles
+// (13 <= base <= 205).
+inline constexpr int kFastChunkTiles = 8;
+inline constexpr uint32_t kFastMinTokenBase = 13, kFastMaxTokenBase = 205;
+
+// Item i's row folded over the chunk of K tile `tile` (rows past M: scale 127 throughout).
 template <int kTokens>
+__device__ __forceinline__ fold::FastRow chunk_fast_row(const ActivationItem<kTokens>& item,
+                                                        int tile, int blocks, bool words) {
+  const int tiles = (blocks + 3) / 4;
+  const int first = tile / kFastChunkTiles * kFastChunkTiles;
+  fold::FastRange range;
+  // Unrolled: the chunk's loads in flight together (a loop of dependent rounds cost the staging
+  // kernel several L2 latencies).
+#pragma unroll
+  for (int i = 0; i < kFastChunkTiles; ++i)
+    if (first + i < tiles)
+      range.add(item.present ? fold::scale_word(item.scales, first + i, blocks, words)
+                             : 0x7F7F7F7Fu);
+  return range.row();
+}
+
+// Folds and writes one K tile's activations as a record (see ActivationRecord). kFast: as fast
+// accumulation's FP8 e4m3 values 2 * v * 2^d relative to each row's chunk base (chunk_rows,
+// fold::e4m3_table); a row outside the window is stored unshifted (its exponents the block
+// scales, factor 0) and need[] = 0x7FFF sends the tile's (warp, token tile)s to the exact path;
+// else need[] = 0.
+template <int kTokens, bool kFast = false>
 __device__ __forceinline__ void store_activations(
     const ActivationItem<kTokens> (&items)[ActivationShare<kTokens>::kItems],
-    const ActivationRaw<kTokens>& raw, uint8_t* record) {
+    const ActivationRaw<kTokens>& raw, uint8_t* record, const fold::FastRow* chunk_rows = nullptr) {
   using R = ActivationRecord<kTokens>;
   using Share = ActivationShare<kTokens>;
   uint8_t* values = record;
@@ -384,6 +415,31 @@ __device__ __forceinline__ void store_activations(
   for (int i = 0; i < Share::kItems; ++i) {
     const ActivationItem<kTokens>& item = items[i];
     const uint32_t scales = raw.scales[i];
+    if constexpr (kFast) {
+      const fold::FastRow f = chunk_rows[i];
+      const bool ok = f.ok && f.base >= kFastMinTokenBase && f.base <= kFastMaxTokenBase;
+      const int d =
+          ok ? static_cast<int>((scales >> (8 * item.block)) & 0xFFu) - static_cast<int>(f.base)
+             : 0;
+      const fold::E4m3Table table = fold::e4m3_table(d);
+#pragma unroll
+      for (int y = 0; y < Share::kY; ++y)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<uint32_t*>(values + item.offset(y, half)) =
+              e2m1x4_to_e4m3x4(raw.words[i][y] >> (16 * half), table.lo, table.hi);
+      if (item.block == 0 && item.q0 == 0) {
+        exponents[item.row] = ok ? f.base * 0x01010101u : scales;
+        factor[factor_slot<kTokens>(item.row)] = __uint_as_float(ok ? f.base << 23 : 0u);
+      }
+      const bool all_ok = __all_sync(0xFFFFFFFFu, ok);
+      if (threadIdx.x % 32 == 0) {
+        const int entry = (threadIdx.x + kThreads * i) / 32;
+        need[entry] = all_ok ? 0 : 0x7FFF;
+        allow[entry] = 0x7FFF;
+      }
+      continue;
+    }
     // The row folds when its 4 blocks lie within kMaxShift of the smallest and none is NaN.
     const fold::FoldedRow f = fold::fold_row(scales);
     // One table: every word of the unit is in the same block.
@@ -461,8 +517,11 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
 // unshifted weights with the stored activations (mma.sync; lanes not holding the block give
 // zeros), times 2^(ea + sb - 256) added in double. exact[4 j + i] is the accumulator of
 // fast[4 j + i]. Cold: kept out of line. kRecordInWorkspace: values and exponents are in global
-// memory (a separate copy, so the shared-memory one keeps its code and registers).
-template <int kTokens, bool kRecordInWorkspace = false>
+// memory (a separate copy, so the shared-memory one keeps its code and registers). kFast: the
+// record holds FP8 e4m3 values (fast accumulation's records); the weights become e4m3 too and each
+// mma.sync sums 8 products, all multiples of the block's 2^d (|sum| <= 1152 * 2^d), exactly in the
+// fp8 path's 14 bits; the four add up exactly in fp32 (<= 4608 * 2^d).
+template <int kTokens, bool kRecordInWorkspace = false, bool kFast = false>
 __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t scales_g,
                                         uint32_t scales_h, const uint8_t* values,
                                         const uint8_t* exponents, int valid_blocks, double* exact) {
@@ -471,14 +530,19 @@ __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t s
   const uint32_t words_h[4] = {codes_h.x, codes_h.y, codes_h.z, codes_h.w};
   for (int b = 0; b < valid_blocks; ++b) {
     for (int nt = 0; nt < kTokens / 8; ++nt) {
-      int32_t sum[4] = {0, 0, 0, 0};
+      using Sum = std::conditional_t<kFast, float, int32_t>;
+      Sum sum[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         // Word q of lane t's block t, zero unless t == b.
         const bool mine = t == b;
         const uint32_t wg = mine ? words_g[q] : 0u, wh = mine ? words_h[q] : 0u;
-        const uint32_t a[4] = {e2m1x4_to_s8x4(wg), e2m1x4_to_s8x4(wh), e2m1x4_to_s8x4(wg >> 16),
-                               e2m1x4_to_s8x4(wh >> 16)};
+        const auto convert = [](uint32_t codes) {
+          if constexpr (kFast)
+            return e2m1x4_to_e4m3x4(codes, fold::kE4m3DoubledLo, fold::kE4m3DoubledHi);
+          return e2m1x4_to_s8x4(codes);
+        };
+        const uint32_t a[4] = {convert(wg), convert(wh), convert(wg >> 16), convert(wh >> 16)};
         // Activation row 8 nt + g supplies column g: K slots 4 t.. and 16 + 4 t.. of wgmma q.
         const int row = 8 * nt + g;
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(
@@ -486,8 +550,11 @@ __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t s
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(
             values + wgmma::swizzled_offset(row, 32 * q + 16 + 4 * t));
         const uint32_t bf[2] = {b0, b1};
-        int32_t part[4];
-        mma_s8_16x8x32(part, a, bf);
+        Sum part[4];
+        if constexpr (kFast)
+          mma_e4m3_16x8x32(part, a, bf);
+        else
+          mma_s8_16x8x32(part, a, bf);
 #pragma unroll
         for (int i = 0; i < 4; ++i) sum[i] += part[i];
       }
@@ -506,14 +573,12 @@ __device__ __noinline__ void exact_tile(uint4 codes_g, uint4 codes_h, uint32_t s
 // The fast path's promotion of one K tile: fast += (pos - neg) * 2^(base - 129) (per weight row,
 // TileSumScale) * 2^(base_a - 127) (per activation row, the record's factors; the extra 1/4 undoes
 // the doubling of both operands). kSigned: neg is not read (one accumulator set).
-template <int kTokens, bool kSigned>
-__device__ __forceinline__ void promote_tile(float (&fast)[kTokens / 2],
-                                             const int32_t (&pos)[kTokens / 2],
-                                             const int32_t (&neg)[kTokens / 2], uint32_t base_g,
-                                             uint32_t base_h, const float* factor) {
+// The record's factors of this thread's accumulator columns: factors[j] for activation rows
+// 8 j + 2 t and 8 j + 2 t + 1 (factor_slot's order: one 16-byte load per pair of j).
+template <int kTokens>
+__device__ __forceinline__ void load_token_factors(const float* factor,
+                                                   float2 (&factors)[kTokens / 8]) {
   const int t = threadIdx.x % 4;
-  const fold::TileSumScale scale_g(base_g), scale_h(base_h);
-  float2 factors[kTokens / 8];
 #pragma unroll
   for (int j = 0; j < kTokens / 8; j += 2) {
     if constexpr (kTokens < 16) {
@@ -523,6 +588,16 @@ __device__ __forceinline__ void promote_tile(float (&fast)[kTokens / 2],
       factors[j] = make_float2(four.x, four.y), factors[j + 1] = make_float2(four.z, four.w);
     }
   }
+}
+
+template <int kTokens, bool kSigned>
+__device__ __forceinline__ void promote_tile(float (&fast)[kTokens / 2],
+                                             const int32_t (&pos)[kTokens / 2],
+                                             const int32_t (&neg)[kTokens / 2], uint32_t base_g,
+                                             uint32_t base_h, const float* factor) {
+  const fold::TileSumScale scale_g(base_g), scale_h(base_h);
+  float2 factors[kTokens / 8];
+  load_token_factors<kTokens>(factor, factors);
   const auto tile_sum = [&](const fold::TileSumScale& scale, int i) {
     if constexpr (kSigned) return scale.single(pos[i]);
     return scale(pos[i], neg[i]);
@@ -537,14 +612,35 @@ __device__ __forceinline__ void promote_tile(float (&fast)[kTokens / 2],
   }
 }
 
+// Fast accumulation's promotion of one K tile: fast += sums * 2^(base_a - 127) (per activation
+// row, the record's factors), one FFMA per accumulator; the weight rows' factors 2^(base_b - 129)
+// (and the 1/4 of the doubled operands) multiply the sums once, when they are written.
+// (factors: load_token_factors of the record, loaded while the MMAs run.)
+template <int kTokens>
+__device__ __forceinline__ void promote_fast(float (&fast)[kTokens / 2],
+                                             const float (&sums)[kTokens / 2],
+                                             const float2 (&factors)[kTokens / 8]) {
+#pragma unroll
+  for (int j = 0; j < kTokens / 8; ++j) {
+    const float2 fa = factors[j];
+    fast[4 * j + 0] = fmaf(sums[4 * j + 0], fa.x, fast[4 * j + 0]);
+    fast[4 * j + 1] = fmaf(sums[4 * j + 1], fa.y, fast[4 * j + 1]);
+    fast[4 * j + 2] = fmaf(sums[4 * j + 2], fa.x, fast[4 * j + 2]);
+    fast[4 * j + 3] = fmaf(sums[4 * j + 3], fa.y, fast[4 * j + 3]);
+  }
+}
+
 // The CTA's sums of this thread as doubles into partial[token][row] (kPartialStride): its
 // fp32 accumulators and, where it took the exact path, their exact parts. Two copies of the loop,
 // so that exact[] (local memory) is read only by a thread that took the exact path (one loop with
 // a select read all of it in every thread: 10% of the stalls at 128 activation rows).
+// factor_g, factor_h: what the fp32 sums of rows g and g + 8 are still to be multiplied by (fast
+// accumulation applies the weight rows' factors here; 1 otherwise).
 template <int kTokens>
 __device__ __forceinline__ void write_partials(double* partial, int token_offset,
                                                const float (&fast)[kTokens / 2],
-                                               const double (&exact)[kTokens / 2], bool any_exact) {
+                                               const double (&exact)[kTokens / 2], bool any_exact,
+                                               double factor_g = 1.0, double factor_h = 1.0) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, g = lane / 4, t = lane % 4;
   const auto write = [&](auto with_exact) {
 #pragma unroll
@@ -553,7 +649,7 @@ __device__ __forceinline__ void write_partials(double* partial, int token_offset
       for (int i = 0; i < 4; ++i) {
         const int token = token_offset + 8 * j + 2 * t + (i & 1),
                   row = 16 * warp + g + 8 * (i >> 1);
-        double value = static_cast<double>(fast[4 * j + i]);
+        double value = static_cast<double>(fast[4 * j + i]) * (i >> 1 ? factor_h : factor_g);
         if constexpr (decltype(with_exact)::value) value += exact[4 * j + i];
         partial[token * kPartialStride + row] = value;
       }
@@ -627,7 +723,7 @@ __device__ __forceinline__ void finish_tile(const GemmProblem& p, double* partia
 
 // The exact path's contribution of K tile `tile` (this lane's weights `raw`, its record) added to
 // exact[], which starts at zero the first time (any_exact).
-template <int kTokens, bool kRecordInWorkspace>
+template <int kTokens, bool kRecordInWorkspace, bool kFast = false>
 __device__ __forceinline__ void add_exact_tile(int tile, int blocks, const WeightRaw& raw,
                                                const uint8_t* activation_record,
                                                double (&exact)[kTokens / 2], bool& any_exact) {
@@ -636,7 +732,7 @@ __device__ __forceinline__ void add_exact_tile(int tile, int blocks, const Weigh
     any_exact = true;
   }
   const int valid = blocks - 4 * tile < 4 ? blocks - 4 * tile : 4;
-  exact_tile<kTokens, kRecordInWorkspace>(
+  exact_tile<kTokens, kRecordInWorkspace, kFast>(
       raw.g, raw.h, raw.scales_g, raw.scales_h, activation_record,
       activation_record + ActivationRecord<kTokens>::kExponentOffset, valid, exact);
 }
@@ -865,6 +961,14 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
 // same stage. Two consumer warpgroups (token tiles 0 and 1) each issue the tile's four m64n128k32
 // wgmmas from shared memory and promote as above. Numerics, exact path and the partitions'
 // reduction are the one-warpgroup kernel's.
+// kFast (A4W4_MATH_FAST_ACCUM): both operands in FP8 e4m3 (fold::e4m3_table). Each weight row is
+// folded once for the CTA's K tiles, relative to its largest scale there (the converters scan the
+// rows' scales first), so its factor is constant and applied when the sums are written; the
+// activation records fold each row per K tile (store_activations<kTokens, true>). The tile's
+// e4m3 wgmmas accumulate in the tensor cores (about 14 significant bits), and the promotion is
+// one FFMA per accumulator with the activation rows' factors, against the int8 path's three
+// instructions. A warp whose rows do not fit the window over the CTA's K tiles, or a tile whose
+// record has a row that does not, takes the exact path (exact_tile on the e4m3 record).
 constexpr int kSharedStages = 4;
 constexpr int kConsumers = 2;
 constexpr int kSharedThreads = kThreads * (1 + kConsumers);
@@ -920,6 +1024,48 @@ __device__ __forceinline__ void store_folded_rows(const WeightRaw& w, uint8_t* w
   }
 }
 
+// kFast: store_folded_rows for fast accumulation, each row relative to its base for the CTA's K
+// tiles (a row outside the window is clamped to it: its warp takes the exact path).
+__device__ __forceinline__ void store_fast_rows(const WeightRaw& w, uint8_t* weights,
+                                                uint32_t base_g, uint32_t base_h) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, g = lane / 4, t = lane % 4;
+  const uint32_t words[2][4] = {{w.g.x, w.g.y, w.g.z, w.g.w}, {w.h.x, w.h.y, w.h.z, w.h.w}};
+  const uint32_t scales[2] = {w.scales_g, w.scales_h}, bases[2] = {base_g, base_h};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int d = static_cast<int>((scales[h] >> (8 * t)) & 0xFFu) - static_cast<int>(bases[h]);
+    const fold::E4m3Table table =
+        fold::e4m3_table(min(max(d, fold::kFastMinShift), fold::kFastMaxShift));
+    const int row = 16 * warp + g + 8 * h;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<uint32_t*>(weights + wgmma::swizzled_offset(row, slot_byte(t, q, half))) =
+            e2m1x4_to_e4m3x4(words[h][q] >> (16 * half), table.lo, table.hi);
+  }
+}
+
+// kFast: this lane's two rows' fast-path bases over K tiles [begin, end) (fold::fast_row of their
+// smallest and largest block scales; padding blocks of a last partial tile take its first
+// block's scale), the quad's four lanes taking every fourth tile.
+template <bool kTiled>
+__device__ __forceinline__ void fast_row_bases(const WeightSource<kTiled>& source, int begin,
+                                               int end, fold::FastRow& g_row,
+                                               fold::FastRow& h_row) {
+  const int t = threadIdx.x % 4;
+  fold::FastRange g, h;
+  for (int tile = begin + t; tile < end; tile += 4) {
+    const uint2 s = __ldg(reinterpret_cast<const uint2*>(source.scales[0] + size_t(tile) * 64));
+    const WeightRaw w = source.valid_scales(WeightRaw{{}, {}, s.x, s.y}, tile);
+    g.add(w.scales_g), h.add(w.scales_h);
+  }
+#pragma unroll
+  for (int mask = 1; mask < 4; mask *= 2) g.add_lane(mask), h.add_lane(mask);
+  g_row = g.row(), h_row = h.row();
+}
+
+template <bool kFast>
 __global__ void __launch_bounds__(kSharedThreads, 1)
     gemm_skinny_shared_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -981,19 +1127,38 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
       commit_copies();  // an empty group past the end keeps the group count uniform
     };
     for (int s = 0; s < kSharedStages; ++s) copy_tile(tile_begin + s, s);
+    // kFast: each row's base over the CTA's K tiles, for every tile; per warp whether all its
+    // existing rows fit the window (warp_bases[warp]: 1 or 0).
+    fold::FastRow fast_g{}, fast_h{};
+    if constexpr (kFast) {
+      fast_row_bases(source, tile_begin, tile_end, fast_g, fast_h);
+      if (t == 0) {
+        row_bases[16 * warp + g] = fast_g.base;
+        row_bases[16 * warp + g + 8] = fast_h.base;
+      }
+      const bool fits =
+          __all_sync(0xFFFFFFFFu, (!g_exists || fast_g.ok) && (!h_exists || fast_h.ok));
+      if (lane == 0) warp_bases[warp] = fits ? 1u : 0u;
+    }
     rounds([&](int tile, int s, uint32_t parity) {
       wait_copies<kSharedStages - 1>();
       const uint2 scales = *scales_gh(s);
       const WeightRaw w =
           source.valid_scales(WeightRaw{*codes_g(s), *codes_h(s), scales.x, scales.y}, tile);
-      const fold::FoldedRow fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
-      // The warp's summary for the consumers' fast-path check: its existing rows' smallest and
-      // largest base, or kWarpNotFolded where one of them does not fold.
-      const uint32_t lo = __reduce_min_sync(
-          0xFFFFFFFFu, min(g_exists ? fg.base : 0xFFu, h_exists ? fh.base : 0xFFu));
-      const uint32_t hi =
-          __reduce_max_sync(0xFFFFFFFFu, max(g_exists ? fg.base : 0u, h_exists ? fh.base : 0u));
-      const bool folds = __all_sync(0xFFFFFFFFu, (!g_exists || fg.ok) && (!h_exists || fh.ok));
+      // The int8 path folds each tile: the rows' bases and the warp's summary for the consumers'
+      // fast-path check (its existing rows' smallest and largest base, or kWarpNotFolded where one
+      // of them does not fold).
+      fold::FoldedRow fg{}, fh{};
+      uint32_t summary = 0;
+      if constexpr (!kFast) {
+        fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
+        const uint32_t lo = __reduce_min_sync(
+            0xFFFFFFFFu, min(g_exists ? fg.base : 0xFFu, h_exists ? fh.base : 0xFFu));
+        const uint32_t hi =
+            __reduce_max_sync(0xFFFFFFFFu, max(g_exists ? fg.base : 0u, h_exists ? fh.base : 0u));
+        const bool folds = __all_sync(0xFFFFFFFFu, (!g_exists || fg.ok) && (!h_exists || fh.ok));
+        summary = folds ? hi << 8 | lo : kWarpNotFolded;
+      }
       pipeline::wait(&empty[s], parity ^ 1);
       if (threadIdx.x == 0) {
         wgmma::fence_shared_for_async();  // the consumers' generic reads of the stage come first
@@ -1002,12 +1167,16 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
           pipeline::bulk_load(record(s, c), records + record_offset<kMaxTokens>(c, tiles, tile),
                               R::kBytes, &full[s]);
       }
-      store_folded_rows(w, stage(s), fg, fh);
-      if (t == 0) {
-        row_bases[s * kRows + 16 * warp + g] = fg.base;
-        row_bases[s * kRows + 16 * warp + g + 8] = fh.base;
+      if constexpr (kFast) {
+        store_fast_rows(w, stage(s), fast_g.base, fast_h.base);
+      } else {
+        store_folded_rows(w, stage(s), fg, fh);
+        if (t == 0) {
+          row_bases[s * kRows + 16 * warp + g] = fg.base;
+          row_bases[s * kRows + 16 * warp + g + 8] = fh.base;
+        }
+        if (lane == 0) warp_bases[s * 4 + warp] = summary;
       }
-      if (lane == 0) warp_bases[s * 4 + warp] = folds ? hi << 8 | lo : kWarpNotFolded;
       wgmma::fence_shared_for_async();
       pipeline::arrive(&full[s]);
       copy_tile(tile + kSharedStages, s);  // w's registers hold the tile: the raw stage is free
@@ -1024,9 +1193,11 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
     if (c * kMaxTokens < p.m) {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) fast[i] = 0.0f;
-      int32_t sums[kAcc];
+      // The tile's sums: exact int32 (int8 path) or the tensor cores' fp32 (kFast).
+      std::conditional_t<kFast, float, int32_t> sums[kAcc];
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) sums[i] = 0;
+      float2 token_factors[kFast ? kMaxTokens / 8 : 1];  // kFast: the current chunk's
       // Descriptors differ only in their start address (16-byte units, shared memory < 2^18
       // bytes: no carry), so 32-bit offsets of stage 0's.
       const uint64_t weights0 = wgmma::descriptor(wgmma::shared_address(stage(0)));
@@ -1041,30 +1212,47 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
         wgmma::fence();
         constexpr uint32_t kStageUnits = S::kStageBytes / 16;
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          wgmma::mma_s8_m64n128k32(
-              sums, with_start(static_cast<uint32_t>(weights0) + s * kStageUnits + 2 * q),
-              with_start(activations0 + s * kStageUnits + 2 * q), q > 0);
+        for (int q = 0; q < 4; ++q) {
+          const uint64_t a = with_start(static_cast<uint32_t>(weights0) + s * kStageUnits + 2 * q);
+          const uint64_t b = with_start(activations0 + s * kStageUnits + 2 * q);
+          if constexpr (kFast)
+            wgmma::mma_e4m3_m64n128k32(sums, a, b, q > 0);
+          else
+            wgmma::mma_s8_m64n128k32(sums, a, b, q > 0);
+        }
         wgmma::commit();
         const uint8_t* activation_record = record(s, c);
-        const BaseRange bases = allowed_bases<kMaxTokens, 1>(activation_record);
-        const uint32_t summary = warp_bases[s * 4 + warp];
-        const bool fast_path = static_cast<int>(summary & 0xFFu) >= bases.need &&
-                               static_cast<int>(summary >> 8) <= bases.allow;
-        const uint32_t base_g = row_bases[s * kRows + 16 * warp + g],
-                       base_h = row_bases[s * kRows + 16 * warp + g + 8];
+        const float* factors = reinterpret_cast<const float*>(activation_record + R::kFactorOffset);
+        bool fast_path;
+        uint32_t base_g = 0, base_h = 0;
+        if constexpr (kFast) {
+          // The warp's rows fit their window over the CTA's K tiles, the record's rows theirs;
+          // the rows' factors are the chunk's (loaded at its first tile of this partition).
+          fast_path =
+              warp_bases[warp] != 0 && allowed_bases<kMaxTokens, 1>(activation_record).need == 0;
+          if (tile == tile_begin || tile % kFastChunkTiles == 0)
+            load_token_factors<kMaxTokens>(factors, token_factors);
+        } else {
+          const BaseRange bases = allowed_bases<kMaxTokens, 1>(activation_record);
+          const uint32_t summary = warp_bases[s * 4 + warp];
+          fast_path = static_cast<int>(summary & 0xFFu) >= bases.need &&
+                      static_cast<int>(summary >> 8) <= bases.allow;
+          base_g = row_bases[s * kRows + 16 * warp + g];
+          base_h = row_bases[s * kRows + 16 * warp + g + 8];
+        }
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
         if (fast_path) {
-          promote_tile<kMaxTokens, true>(
-              fast, sums, sums, base_g, base_h,
-              reinterpret_cast<const float*>(activation_record + R::kFactorOffset));
+          if constexpr (kFast)
+            promote_fast<kMaxTokens>(fast, sums, token_factors);
+          else
+            promote_tile<kMaxTokens, true>(fast, sums, sums, base_g, base_h, factors);
         } else {
           // The tile's weights again from global memory (this path is rare).
           const WeightSource<true> source(p, row0);
-          add_exact_tile<kMaxTokens, false>(tile, static_cast<int>(p.k / 32),
-                                            source.valid_scales(source.load(tile), tile),
-                                            activation_record, exact, any_exact);
+          add_exact_tile<kMaxTokens, false, kFast>(tile, static_cast<int>(p.k / 32),
+                                                   source.valid_scales(source.load(tile), tile),
+                                                   activation_record, exact, any_exact);
         }
         __syncwarp();
         if (lane == 0) pipeline::arrive(&empty[s]);
@@ -1075,8 +1263,17 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
     // here, so that no accumulator is live where the converters' branch joins (their registers
     // are fewer).
     pipeline::named_sync(1, kConsumers * kThreads);
+    // kFast: the weight rows' factors 2^(base - 129) (the base of the CTA's K tiles; any byte
+    // gives a finite factor, and a warp on the exact path has no fp32 sums).
+    double factor_g = 1.0, factor_h = 1.0;
+    if constexpr (kFast) {
+      const auto factor = [](uint32_t base) {
+        return __hiloint2double(static_cast<int>(((base & 0xFFu) + 1023u - 129u) << 20), 0);
+      };
+      factor_g = factor(row_bases[16 * warp + g]), factor_h = factor(row_bases[16 * warp + g + 8]);
+    }
     write_partials<kMaxTokens>(reinterpret_cast<double*>(smem), c * kMaxTokens, fast, exact,
-                               any_exact);
+                               any_exact, factor_g, factor_h);
   }
   finish_tile<kSharedTokens, kSharedThreads>(p, reinterpret_cast<double*>(smem), 0, row0);
 #else
@@ -1092,7 +1289,7 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
 // (Launching the GEMM as a programmatic dependent of this grid, its weights' first loads
 // overlapping it, measured 1-1.5 us faster at M = 16 but 9 us slower at M = 64 x 8192 x 8192 on the
 // H200: not done.)
-template <int kTokens>
+template <int kTokens, bool kFast = false>
 __global__ void __launch_bounds__(kThreads)
     stage_activations_kernel(const GemmProblem p, uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1107,9 +1304,14 @@ __global__ void __launch_bounds__(kThreads)
   ActivationRaw<kTokens> act;
   const bool aligned =
       reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
-  load_activations<kTokens>(items, tile, static_cast<int>(p.k / 32), aligned,
-                            fold::scale_words(p.a), act);
-  store_activations<kTokens>(items, act, record);
+  const int blocks = static_cast<int>(p.k / 32);
+  load_activations<kTokens>(items, tile, blocks, aligned, fold::scale_words(p.a), act);
+  fold::FastRow chunk_rows[kFast ? ActivationShare<kTokens>::kItems : 1];
+  if constexpr (kFast)
+#pragma unroll
+    for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i)
+      chunk_rows[i] = chunk_fast_row(items[i], tile, blocks, fold::scale_words(p.a));
+  store_activations<kTokens, kFast>(items, act, record, chunk_rows);
   __syncthreads();
   if (threadIdx.x == 0) {
     // The GEMM reads the range of weight bases every row allows from need[0] and allow[0].
@@ -1263,10 +1465,11 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
                         LaunchOrder::kAfterPrevious, p, per_split, records);
 }
 
-// gemm_skinny_shared_kernel, its dynamic shared memory allowed (once per process).
+// gemm_skinny_shared_kernel, its dynamic shared memory allowed (once per variant and process).
+template <bool kFast>
 auto skinny_shared_kernel() {
   static_assert(SharedSmem::kBytes <= 227 * 1024);
-  const auto kernel = gemm_skinny_shared_kernel;
+  const auto kernel = gemm_skinny_shared_kernel<kFast>;
   static const cudaError_t attribute =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SharedSmem::kBytes);
   check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_shared_kernel)");
@@ -1275,8 +1478,9 @@ auto skinny_shared_kernel() {
 
 // Two token tiles per CTA (M = 129..256, a prepared B), split as the one-warpgroup kernel's
 // 128-row tiles are.
+template <bool kFast>
 void launch_shared(const GemmProblem& p, const uint8_t* records) {
-  const auto kernel = skinny_shared_kernel();
+  const auto kernel = skinny_shared_kernel<kFast>();
   const int64_t tiles = layout::k_tiles(p.k);
   static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
   const auto resident = [&](int splits) {
@@ -1312,14 +1516,21 @@ void launch(const GemmProblem& p) {
   auto* records = static_cast<uint8_t*>(p.workspace);
   const dim3 grid(static_cast<unsigned>(layout::k_tiles(p.k)),
                   static_cast<unsigned>(token_tiles<kTokens>(p)));
+  // Two token tiles on a prepared B share a CTA; there fast accumulation runs FP8 (its own
+  // records). Everywhere else the int8 path, exact in either math mode.
+  bool shared = false, fast = false;
+  auto* stage = stage_activations_kernel<kTokens>;
+  if constexpr (kTokens == kMaxTokens && kTiled) {
+    shared = p.m > kMaxTokens && p.m <= kSharedTokens;
+    fast = shared && p.math_mode == A4W4_MATH_FAST_ACCUM;
+    if (fast) stage = stage_activations_kernel<kTokens, true>;
+  }
   // Launched early: its start overlaps the end of the kernel before it (the previous call's GEMM
   // lets it: allow_next_grid), and it waits for that kernel before it reads A or overwrites the
   // records the kernel may still read.
-  launch_kernel(stage_activations_kernel<kTokens>, grid, kThreads, 0, p.stream,
-                "stage_activations_kernel launch", LaunchOrder::kEarly, false, p, records);
-  if constexpr (kTokens == kMaxTokens && kTiled) {
-    if (p.m > kMaxTokens && p.m <= kSharedTokens) return launch_shared(p, records);
-  }
+  launch_kernel(stage, grid, kThreads, 0, p.stream, "stage_activations_kernel launch",
+                LaunchOrder::kEarly, false, p, records);
+  if (shared) return fast ? launch_shared<true>(p, records) : launch_shared<false>(p, records);
   launch_gemm<kTokens, kTiled, true>(p, records);
 }
 

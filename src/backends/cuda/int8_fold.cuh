@@ -38,6 +38,55 @@ struct FoldedRow {
   return row;
 }
 
+// Fast accumulation (A4W4_MATH_FAST_ACCUM, cuda.skinny's two-token-tile kernel): the operands
+// become FP8 e4m3 2 * E2M1 * 2^d, d = scale - base in [kFastMinShift, kFastMaxShift], base = the
+// largest scale of the row's set - kFastMaxShift. The doubled magnitudes {1, ..., 12} * 2^d then
+// lie between e4m3's smallest normal (2^-6) and 384 (below its largest, 448): every value is exact.
+inline constexpr int kFastMaxShift = 5, kFastMinShift = -6;
+// The e4m3 bytes of the doubled magnitudes {0, 1, 2, 3, 4, 6, 8, 12} (d = 0).
+inline constexpr uint32_t kE4m3DoubledLo = 0x44403800u, kE4m3DoubledHi = 0x54504C48u;
+struct E4m3Table {
+  uint32_t lo, hi;
+};
+// That table times 2^d, d in [kFastMinShift, kFastMaxShift]: d added to the exponent field (bits
+// 3..6) of every nonzero byte, with no borrow or carry between bytes (0x38 - 6 * 8 = 0x08, 2^-6;
+// 0x54 + 5 * 8 = 0x7C, 384).
+[[maybe_unused]] __device__ __forceinline__ E4m3Table e4m3_table(int d) {
+  const uint32_t step = static_cast<uint32_t>(d);
+  return {kE4m3DoubledLo + step * 0x08080800u, kE4m3DoubledHi + step * 0x08080808u};
+}
+// A row's base for the fast path from the smallest and largest of its block scales (and whether one
+// is NaN): every shift fits when hi - lo <= kFastMaxShift - kFastMinShift.
+struct FastRow {
+  uint32_t base;
+  bool ok;
+};
+[[maybe_unused]] __device__ __forceinline__ FastRow fast_row(uint32_t lo, uint32_t hi, bool nan) {
+  const int base = static_cast<int>(hi) - kFastMaxShift;
+  return {static_cast<uint32_t>(base > 0 ? base : 0),
+          !nan && static_cast<int>(lo) >= base + kFastMinShift && base >= 1};
+}
+// The smallest and largest of a row's block scales over several K tiles' scale words (block j
+// of a tile in byte j), as fast_row's base.
+struct FastRange {
+  uint32_t lo4 = 0xFFFFFFFFu, hi4 = 0;  // per byte lane
+  __device__ __forceinline__ void add(uint32_t scales) {
+    lo4 = __vminu4(lo4, scales), hi4 = __vmaxu4(hi4, scales);
+  }
+  // With another thread's range (the lanes `mask` apart).
+  __device__ __forceinline__ void add_lane(int mask) {
+    lo4 = __vminu4(lo4, __shfl_xor_sync(0xFFFFFFFFu, lo4, mask));
+    hi4 = __vmaxu4(hi4, __shfl_xor_sync(0xFFFFFFFFu, hi4, mask));
+  }
+  __device__ __forceinline__ FastRow row() const {
+    const uint32_t lo =
+        min(min(lo4 & 0xFFu, (lo4 >> 8) & 0xFFu), min((lo4 >> 16) & 0xFFu, lo4 >> 24));
+    const uint32_t hi =
+        max(max(hi4 & 0xFFu, (hi4 >> 8) & 0xFFu), max((hi4 >> 16) & 0xFFu, hi4 >> 24));
+    return fast_row(lo, hi, hi == 0xFFu);
+  }
+};
+
 // fold_row's rule for a row whose scales lie in [lo, hi]: every shift at most kMaxShift, the base
 // at most 0xFF - 1 - kMaxShift (so no block is NaN); an empty range (lo > hi) folds.
 [[maybe_unused]] __device__ __forceinline__ bool range_folds(uint32_t lo, uint32_t hi) {

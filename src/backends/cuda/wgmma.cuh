@@ -151,6 +151,27 @@ __device__ __forceinline__ void mma_e4m3_m64n8k32(float (&d)[4], uint64_t a, uin
 #endif
 }
 
+// D (64x128, fp32) (+)= A (64x32 e4m3) * B (128x32 e4m3)^T, both from shared memory (K-major):
+// the fast-accumulation MMA of cuda.skinny, whose sums keep about 14 significant bits
+// (docs/cuda-backend.md). Thread t holds d[4j + i] for the 16 column blocks j as in the m64n8 case.
+__device__ __forceinline__ void mma_e4m3_m64n128k32(float (&d)[64], uint64_t a, uint64_t b,
+                                                    bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, %64, %65, p, 1, 1;\n}\n"
+      : A4W4_WGMMA_ACC64("+f", 0)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
 // D (64x8, int32) (+)= A (64x32 s8) * B (8x32 s8)^T, exact.
 __device__ __forceinline__ void mma_s8_m64n8k32(int32_t (&d)[4], uint64_t a, uint64_t b,
                                                 bool accumulate) {
