@@ -1055,10 +1055,22 @@ __device__ __forceinline__ void fast_row_bases(const WeightSource<kTiled>& sourc
                                                fold::FastRow& h_row) {
   const int t = threadIdx.x % 4;
   fold::FastRange g, h;
-  for (int tile = begin + t; tile < end; tile += 4) {
-    const uint2 s = __ldg(reinterpret_cast<const uint2*>(source.scales[0] + size_t(tile) * 64));
-    const WeightRaw w = source.valid_scales(WeightRaw{{}, {}, s.x, s.y}, tile);
-    g.add(w.scales_g), h.add(w.scales_h);
+  // kBatch loads in flight at a time (one at a time, the scan took several microseconds before
+  // the first tile could be converted).
+  constexpr int kBatch = 8;
+  for (int first = begin + t; first < end; first += 4 * kBatch) {
+    uint2 s[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int tile = first + 4 * i < end ? first + 4 * i : first;
+      s[i] = __ldg(reinterpret_cast<const uint2*>(source.scales[0] + size_t(tile) * 64));
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int tile = first + 4 * i < end ? first + 4 * i : first;
+      const WeightRaw w = source.valid_scales(WeightRaw{{}, {}, s[i].x, s[i].y}, tile);
+      g.add(w.scales_g), h.add(w.scales_h);
+    }
   }
 #pragma unroll
   for (int mask = 1; mask < 4; mask *= 2) g.add_lane(mask), h.add_lane(mask);
