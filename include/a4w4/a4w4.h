@@ -308,7 +308,8 @@ typedef A4W4_ENUM(a4w4_math_mode) {
   /* The contract: in-block sums exact, block partials accumulated in fp32 or better. */
   A4W4_MATH_EXACT = 0,
   /* Opt-in: tensor cores may accumulate inside a K tile of at most 128 with less than fp32
-     precision (like cuBLASLt FAST_ACCUM). Backends without such a path compute exactly. */
+     precision (like cuBLASLt FAST_ACCUM): |D - D_exact| <= 2^-5 * |alpha| * sum |a * b| beyond
+     the exact mode's error (docs/semantics.md). Kernels without such a path compute exactly. */
   A4W4_MATH_FAST_ACCUM = 1
 } a4w4_math_mode;
 

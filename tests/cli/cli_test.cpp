@@ -371,6 +371,23 @@ TEST_F(CliTest, GemmWithAlphaBetaCAndBias) {
       EXPECT_EQ(values[m * 3 + n], 2 * small_gemm_value(m, n) + 0.5f * c[m * 3 + n] + bias[n]);
 }
 
+TEST_F(CliTest, GemmMathModes) {
+  // --math fast asks for fast accumulation (A4W4_MATH_FAST_ACCUM); the CPU kernels compute
+  // exactly in either mode, so the hand-computed values hold; an unknown mode is refused by name.
+  write_small_gemm();
+  for (const char* mode : {"exact", "fast", "FAST"}) {
+    const Outcome result = run(std::string(kSmallGemm) + " --out D.npy --math " + mode);
+    ASSERT_EQ(result.exit_code, 0) << mode << ": " << result.err;
+    const std::vector<float> values = f32_values(read("D.npy"));
+    for (int m = 0; m < 2; ++m)
+      for (int n = 0; n < 3; ++n) EXPECT_EQ(values[m * 3 + n], small_gemm_value(m, n)) << mode;
+  }
+  expect_failure(std::string(kSmallGemm) + " --out D.npy --math quick", "--math");
+  const Outcome checked = run("gemm -m 4 -n 8 -k 64 --check --math fast");
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_NE(checked.out.find("ok"), std::string::npos) << checked.out;
+}
+
 TEST_F(CliTest, GemmOutputDtypes) {
   // D[0, 2] = 96; a bias of 161 makes 257, which bf16 (8 significant bits) rounds to 256 (a tie,
   // to even) while fp16 and fp32 hold it exactly.
