@@ -65,11 +65,12 @@ def gemm(
     kernel_name: Optional[str] = None,
     prepared_n: int = 0,
     prepared_k: int = 0,
+    math_mode: str = "exact",
 ) -> torch.Tensor:
     """D = alpha * A.B^T + beta * C + bias (a4w4.gemm as a custom op). With prepared_n > 0, b and
     b_scale are the flat buffers of a weight prepared for the logical shape
     [prepared_n, prepared_k]. (``kernel_name`` is a4w4.gemm's ``kernel``: Inductor reserves
-    ``kernel``.)"""
+    ``kernel``.) ``math_mode``: "exact" or "fast_accum" (a4w4.gemm's)."""
     bb = (
         _a4w4.PreparedWeight(b, b_scale, prepared_n, prepared_k)
         if prepared_n > 0
@@ -87,13 +88,14 @@ def gemm(
         out_dtype=_out_dtype(out_dtype, c),
         split_k=split_k,
         kernel=kernel_name,
+        math_mode=math_mode,
     )
 
 
 @gemm.register_fake
 def _gemm_fake(
     a, a_scale, b, b_scale, bias=None, c=None, alpha=1.0, beta=0.0, out_dtype=None,
-    split_k=0, kernel_name=None, prepared_n=0, prepared_k=0,
+    split_k=0, kernel_name=None, prepared_n=0, prepared_k=0, math_mode="exact",
 ):  # fmt: skip
     n = prepared_n if prepared_n > 0 else b.shape[0]
     return a.new_empty((a.shape[0], n), dtype=_out_dtype(out_dtype, c))
@@ -108,7 +110,9 @@ class MXFP4Linear(torch.nn.Module):
     activations [..., in_features] (float32/bfloat16/float16) and returns the input's dtype.
     in_features must be a multiple of 32. Inference only. It runs on ``a4w4.default_context()``: a
     workspace set there (``Context.set_workspace``) lets large batches take the staged int8
-    kernel and small ones (M <= 64) convert their activations once per call.
+    kernel and small ones (M <= 64) convert their activations once per call. ``math_mode``
+    "fast_accum" opts into fast accumulation (A4W4_MATH_FAST_ACCUM: error bounded by 2^-5 of the
+    sum of |products|, docs/semantics.md; faster on CUDA at 129..256 rows on a prepared weight).
     """
 
     def __init__(
@@ -122,13 +126,19 @@ class MXFP4Linear(torch.nn.Module):
         mode: str = "rceil",
         prepare: Optional[bool] = None,
         weight: Optional[torch.Tensor] = None,
+        math_mode: str = "exact",
     ) -> None:
         super().__init__()
         if in_features % 32:
             raise _a4w4.KNotMultipleOf32Error(
                 f"in_features: {in_features} is not a multiple of 32", 5
             )
+        if math_mode not in ("exact", "fast_accum"):
+            raise _a4w4.InvalidArgumentError(
+                f"math_mode: expected 'exact' or 'fast_accum', got {math_mode!r}", 1
+            )
         self.in_features, self.out_features, self.mode = in_features, out_features, mode
+        self.math_mode = math_mode
         self._prepare = prepare
         if weight is None:  # nn.Linear's initialisation
             weight = torch.empty(out_features, in_features, device=device, dtype=torch.float32)
@@ -147,12 +157,13 @@ class MXFP4Linear(torch.nn.Module):
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, mode: str = "rceil",
-                    prepare: Optional[bool] = None) -> MXFP4Linear:  # fmt: skip
+                    prepare: Optional[bool] = None,
+                    math_mode: str = "exact") -> MXFP4Linear:  # fmt: skip
         """An MXFP4Linear with `linear`'s weight (quantized) and bias."""
         w = linear.weight.detach()
         m = cls(linear.in_features, linear.out_features, linear.bias is not None,
                 device=w.device, dtype=w.dtype if w.dtype in _FLOATS else torch.float32,
-                mode=mode, prepare=prepare, weight=w)  # fmt: skip
+                mode=mode, prepare=prepare, weight=w, math_mode=math_mode)  # fmt: skip
         if linear.bias is not None:
             m.bias.data.copy_(linear.bias.detach())
         return m
@@ -192,12 +203,14 @@ class MXFP4Linear(torch.nn.Module):
         else:
             b, bs, pn, pk = self.weight_fp4, self.weight_scale, 0, 0
         bias = self.bias
-        y = torch.ops.a4w4.gemm(q, s, b, bs, bias, None, 1.0, 0.0, x.dtype, 0, None, pn, pk)
+        y = torch.ops.a4w4.gemm(
+            q, s, b, bs, bias, None, 1.0, 0.0, x.dtype, 0, None, pn, pk, self.math_mode
+        )
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, mode={self.mode!r}, "
-            f"prepared={self.weight_prepared is not None}"
+            f"prepared={self.weight_prepared is not None}, math_mode={self.math_mode!r}"
         )

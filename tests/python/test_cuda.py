@@ -118,6 +118,24 @@ def test_mxfp4_linear_on_cuda_uses_prepared_weights():
     assert rel(y, lin(x)) < 0.25
 
 
+def test_mxfp4_linear_fast_accumulation():
+    # 200 rows on a prepared weight with a workspace: cuda.skinny's FP8 path (fast accumulation);
+    # close to the exact result (its bound: 2^-5 of the sum of |products| per element) and, from
+    # the first call on, deterministic.
+    lin, exact = make_linear(n=1024, k=2048, dtype=torch.float32)
+    fast = at.MXFP4Linear.from_linear(lin, math_mode="fast_accum")
+    ctx = a4w4.default_context()
+    buf = torch.empty(a4w4.gemm_workspace_size(200, 1024, 2048), dtype=torch.uint8, device="cuda")
+    ctx.set_workspace(buf)
+    try:
+        x = torch.randn(200, 2048, device="cuda", generator=torch.Generator("cuda").manual_seed(7))
+        y_exact, y_fast = exact(x), fast(x)
+        assert rel(y_fast, y_exact) < 1e-3
+        assert torch.equal(fast(x), y_fast)
+    finally:
+        ctx.clear_workspace()
+
+
 def test_cuda_graph_capture_and_replay():
     _, m = make_linear()
     static_x = torch.randn(8, 2048, device="cuda", dtype=torch.bfloat16)

@@ -58,6 +58,10 @@ def test_custom_ops_and_opcheck():
         torch.ops.a4w4.gemm.default,
         (q, s, wq, ws, bias, None, 1.0, 0.0, torch.bfloat16, 0, None, 0, 0),
     )
+    torch.library.opcheck(
+        torch.ops.a4w4.gemm.default,
+        (q, s, wq, ws, bias, None, 1.0, 0.0, torch.bfloat16, 0, None, 0, 0, "fast_accum"),
+    )
 
 
 def test_mxfp4_linear_matches_functional_api():
@@ -81,6 +85,11 @@ def test_mxfp4_linear_matches_functional_api():
     assert m(x.bfloat16()).dtype == torch.bfloat16
     with pytest.raises(a4w4.KNotMultipleOf32Error):
         at.MXFP4Linear(100, 8)
+    # Fast accumulation: the CPU computes exactly in either mode; an unknown mode is refused.
+    mf = at.MXFP4Linear.from_linear(lin, math_mode="fast_accum")
+    assert torch.equal(mf(x), y) and "math_mode='fast_accum'" in repr(mf)
+    with pytest.raises(a4w4.InvalidArgumentError):
+        at.MXFP4Linear(128, 8, math_mode="fast")
     sd = m.state_dict()
     assert {"weight_fp4", "weight_scale", "bias"} <= set(sd)
 
