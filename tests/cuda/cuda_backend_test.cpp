@@ -92,7 +92,19 @@ class CudaBackend : public ::testing::Test {
   void run_skinny_cases(bool workspace);
   // PreparedWeightMatchesTheCpuLayout for one layout version.
   void expect_prepared_weight_matches_the_cpu(a4w4_layout layout);
+  // Gives the context a workspace that lets every kernel run an M x N x K problem, filled with
+  // garbage: nothing may read what a staging kernel did not write. Kept until the test ends.
+  void set_garbage_workspace(int64_t m, int64_t n, int64_t k) {
+    size_t bytes = 0;
+    ASSERT_EQ(a4w4_gemm_workspace_size(m, n, k, &bytes), A4W4_SUCCESS);
+    workspace_ = std::make_unique<DeviceBuffer>(bytes);
+    ASSERT_NE(workspace_->get(), nullptr);
+    ASSERT_EQ(cudaMemset(workspace_->get(), 0xC3, bytes), cudaSuccess);
+    ASSERT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(0), workspace_->get(), bytes),
+              A4W4_SUCCESS);
+  }
   a4w4_context ctx_ = nullptr;
+  std::unique_ptr<DeviceBuffer> workspace_;
   std::mt19937_64 rng_{20261129};
 };
 
@@ -619,14 +631,9 @@ TEST_F(CudaBackend, SkinnyMatchesTheReference) {
     run_skinny_cases(false);
     if (HasFatalFailure()) return;
   }
-  // The size that lets every kernel run for the largest case, filled with garbage: nothing may
-  // read what the staging kernel did not write.
-  size_t bytes = 0;
-  ASSERT_EQ(a4w4_gemm_workspace_size(256, 1000, 16384, &bytes), A4W4_SUCCESS);
-  DeviceBuffer workspace(bytes);
-  ASSERT_NE(workspace.get(), nullptr);
-  ASSERT_EQ(cudaMemset(workspace.get(), 0xC3, bytes), cudaSuccess);
-  ASSERT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(0), workspace.get(), bytes), A4W4_SUCCESS);
+  // The size that lets every kernel run for the largest case.
+  set_garbage_workspace(256, 1000, 16384);
+  if (HasFatalFailure()) return;
   {
     SCOPED_TRACE("workspace: activations staged once per call");
     run_skinny_cases(true);
@@ -654,12 +661,8 @@ TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
   // (mixed), activation rows drifting by 4 binades a K tile or with outlier channels (chunks of 8
   // K tiles in or out of the window). Every output dtype and epilogue, ragged N, partial K tiles,
   // split K (partitions starting inside a chunk), strided operands.
-  size_t bytes = 0;
-  ASSERT_EQ(a4w4_gemm_workspace_size(300, 8448, 8192, &bytes), A4W4_SUCCESS);
-  DeviceBuffer workspace(bytes);
-  ASSERT_NE(workspace.get(), nullptr);
-  ASSERT_EQ(cudaMemset(workspace.get(), 0xC3, bytes), cudaSuccess);
-  ASSERT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(0), workspace.get(), bytes), A4W4_SUCCESS);
+  set_garbage_workspace(300, 8448, 8192);
+  if (HasFatalFailure()) return;
   fast_worst_ratio = 0.0;
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
   const auto fast_case = [&](GemmCase c) {
@@ -860,14 +863,8 @@ void CudaBackend::run_int8_family(const char* kernel) {
   const auto applies = [&](const GemmCase& c) {
     return !converts_b || (!c.prepared && c.k % 64 == 0);
   };
-  size_t workspace_bytes = 0;
-  ASSERT_EQ(a4w4_gemm_workspace_size(2304, 2300, 4096, &workspace_bytes), A4W4_SUCCESS);
-  DeviceBuffer workspace(workspace_bytes);
-  ASSERT_NE(workspace.get(), nullptr);
-  // Garbage in the workspace: nothing may read what the staging pass did not write.
-  ASSERT_EQ(cudaMemset(workspace.get(), 0xC3, workspace_bytes), cudaSuccess);
-  ASSERT_EQ(a4w4_context_set_workspace(ctx_, a4w4_cuda(0), workspace.get(), workspace_bytes),
-            A4W4_SUCCESS);
+  set_garbage_workspace(2304, 2300, 4096);
+  if (HasFatalFailure()) return;
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
   int v = 0;
   // The smallest cases first, so a failure names the simplest one.
