@@ -1276,9 +1276,10 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
     // are fewer).
     pipeline::named_sync(1, kConsumers * kThreads);
     // kFast: the weight rows' factors 2^(base - 129) (the base of the CTA's K tiles; any byte
-    // gives a finite factor, and a warp on the exact path has no fp32 sums).
+    // gives a finite factor, and a warp on the exact path has no fp32 sums). A partition without
+    // K tiles has no sums, and its bases were never handed over through a stage: not read.
     double factor_g = 1.0, factor_h = 1.0;
-    if constexpr (kFast) {
+    if (kFast && tile_begin < tile_end) {
       const auto factor = [](uint32_t base) {
         return __hiloint2double(static_cast<int>(((base & 0xFFu) + 1023u - 129u) << 20), 0);
       };
