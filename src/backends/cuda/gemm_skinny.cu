@@ -1,4 +1,5 @@
-// The skinny GEMM family (cuda.skinny): small M on int8 warpgroup MMAs, sm_90a, exact mode.
+// The skinny GEMM family (cuda.skinny): small M on int8 warpgroup MMAs, sm_90a, exact mode (with
+// fast accumulation, the two-token-tile kernel runs FP8 e4m3 MMAs: gemm_skinny_shared_kernel).
 // Memory-bound like cuda.decode, but the MMAs are wgmma with the weights in registers (RS form),
 // so a warpgroup issues one or two instructions per 32-wide K slice where cuda.decode's warps
 // issued one mma.sync per 8 activation rows and per sign part.
@@ -615,7 +616,7 @@ __device__ __forceinline__ void promote_tile(float (&fast)[kTokens / 2],
 // Fast accumulation's promotion of one K tile: fast += sums * 2^(base_a - 127) (per activation
 // row, the record's factors), one FFMA per accumulator; the weight rows' factors 2^(base_b - 129)
 // (and the 1/4 of the doubled operands) multiply the sums once, when they are written.
-// (factors: load_token_factors of the record, loaded while the MMAs run.)
+// (factors: load_token_factors of the chunk's first record, kept in registers.)
 template <int kTokens>
 __device__ __forceinline__ void promote_fast(float (&fast)[kTokens / 2],
                                              const float (&sums)[kTokens / 2],
@@ -964,7 +965,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
 // kFast (A4W4_MATH_FAST_ACCUM): both operands in FP8 e4m3 (fold::e4m3_table). Each weight row is
 // folded once for the CTA's K tiles, relative to its largest scale there (the converters scan the
 // rows' scales first), so its factor is constant and applied when the sums are written; the
-// activation records fold each row per K tile (store_activations<kTokens, true>). The tile's
+// activation records fold each row per chunk of kFastChunkTiles K tiles (store_activations<
+// kTokens, true>), so the consumers load their factors once per chunk. The tile's
 // e4m3 wgmmas accumulate in the tensor cores (about 14 significant bits), and the promotion is
 // one FFMA per accumulator with the activation rows' factors, against the int8 path's three
 // instructions. A warp whose rows do not fit the window over the CTA's K tiles, or a tile whose
