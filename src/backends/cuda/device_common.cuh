@@ -123,15 +123,11 @@ __device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes, uint32_t lo =
   return signed_s8x4(permute(lo, hi, codes), permute(lo, hi, codes ^ 0x8888u));
 }
 
-// The e4m3 bytes of the E2M1 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} (a table for e2m1x4_to_e4m3x4).
-inline constexpr uint32_t kE4m3Lo = 0x3C383000u, kE4m3Hi = 0x4C484440u;
-
-// Four E2M1 codes (the low 16 bits; higher bits are ignored) -> four FP8 e4m3 bytes of the same
-// values (E2M1 is exact in e4m3), or of values * 2^d * c with a table (lo, hi) of e4m3 bytes of
-// the magnitudes scaled alike (fold::e4m3_table): the magnitude looked up, then its byte or the
-// same byte with the sign bit set picked by the code's sign.
-__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t codes, uint32_t lo = kE4m3Lo,
-                                                     uint32_t hi = kE4m3Hi) {
+// Four E2M1 codes (the low 16 bits; higher bits are ignored) -> four FP8 e4m3 bytes of their
+// values times a power of two, from a table (lo, hi) of the e4m3 bytes of the magnitudes
+// {0, .5, 1, 1.5, 2, 3, 4, 6} scaled alike (fold::e4m3_table): the magnitude looked up, then its
+// byte or the same byte with the sign bit set picked by the code's sign.
+__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t codes, uint32_t lo, uint32_t hi) {
   const uint32_t positive = __byte_perm(lo, hi, codes & 0x7777u);
   const uint32_t negative = positive | 0x80808080u;
   return __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));

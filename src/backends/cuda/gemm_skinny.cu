@@ -1003,49 +1003,58 @@ struct SharedSmem {
   static_assert(kStageBytes % 1024 == 0 && Record::kSlotStride % 1024 == 0);
 };
 
-// Writes this converter lane's K tile (rows g and g + 8 of its warp's 16, block t) folded into the
+// Writes this converter lane's K tile (rows g and g + 8 of its warp's 16, block t) into the
 // stage's weight rows: word q's low and high 16 bits go to K slots 32 q + 4 t and 32 q + 16 + 4 t
-// (slot_byte), where the activations of the same elements are.
-__device__ __forceinline__ void store_folded_rows(const WeightRaw& w, uint8_t* weights,
-                                                  const fold::FoldedRow& fg,
-                                                  const fold::FoldedRow& fh) {
+// (slot_byte), where the activations of the same elements are. convert(h, codes): four codes of
+// row g (h = 0) or g + 8 (h = 1) as the MMA's four bytes.
+template <typename Convert>
+__device__ __forceinline__ void store_weight_rows(const WeightRaw& w, uint8_t* weights,
+                                                  const Convert& convert) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, g = lane / 4, t = lane % 4;
   const uint32_t words[2][4] = {{w.g.x, w.g.y, w.g.z, w.g.w}, {w.h.x, w.h.y, w.h.z, w.h.w}};
-  const fold::FoldedRow* rows[2] = {&fg, &fh};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const uint32_t shift = rows[h]->ok ? (rows[h]->shifts >> (8 * t)) & 0xFFu : 0u;
-    const uint32_t lo = kMagnitudesLo << shift, hi = kMagnitudesHi << shift;
     const int row = 16 * warp + g + 8 * h;
 #pragma unroll
     for (int q = 0; q < 4; ++q)
 #pragma unroll
       for (int half = 0; half < 2; ++half)
         *reinterpret_cast<uint32_t*>(weights + wgmma::swizzled_offset(row, slot_byte(t, q, half))) =
-            e2m1x4_to_s8x4(words[h][q] >> (16 * half), lo, hi);
+            convert(h, words[h][q] >> (16 * half));
   }
 }
 
-// kFast: store_folded_rows for fast accumulation, each row relative to its base for the CTA's K
-// tiles (a row outside the window is clamped to it: its warp takes the exact path).
+// The int8 path: folded into signed int8 by each row's shifts.
+__device__ __forceinline__ void store_folded_rows(const WeightRaw& w, uint8_t* weights,
+                                                  const fold::FoldedRow& fg,
+                                                  const fold::FoldedRow& fh) {
+  const int t = threadIdx.x % 4;
+  const fold::FoldedRow* rows[2] = {&fg, &fh};
+  uint32_t lo[2], hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t shift = rows[h]->ok ? (rows[h]->shifts >> (8 * t)) & 0xFFu : 0u;
+    lo[h] = kMagnitudesLo << shift, hi[h] = kMagnitudesHi << shift;
+  }
+  store_weight_rows(w, weights,
+                    [&](int h, uint32_t codes) { return e2m1x4_to_s8x4(codes, lo[h], hi[h]); });
+}
+
+// kFast: as FP8 e4m3, each row relative to its base for the CTA's K tiles (a row outside the
+// window is clamped to it: its warp takes the exact path).
 __device__ __forceinline__ void store_fast_rows(const WeightRaw& w, uint8_t* weights,
                                                 uint32_t base_g, uint32_t base_h) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, g = lane / 4, t = lane % 4;
-  const uint32_t words[2][4] = {{w.g.x, w.g.y, w.g.z, w.g.w}, {w.h.x, w.h.y, w.h.z, w.h.w}};
+  const int t = threadIdx.x % 4;
   const uint32_t scales[2] = {w.scales_g, w.scales_h}, bases[2] = {base_g, base_h};
+  fold::E4m3Table tables[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int d = static_cast<int>((scales[h] >> (8 * t)) & 0xFFu) - static_cast<int>(bases[h]);
-    const fold::E4m3Table table =
-        fold::e4m3_table(min(max(d, fold::kFastMinShift), fold::kFastMaxShift));
-    const int row = 16 * warp + g + 8 * h;
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        *reinterpret_cast<uint32_t*>(weights + wgmma::swizzled_offset(row, slot_byte(t, q, half))) =
-            e2m1x4_to_e4m3x4(words[h][q] >> (16 * half), table.lo, table.hi);
+    tables[h] = fold::e4m3_table(min(max(d, fold::kFastMinShift), fold::kFastMaxShift));
   }
+  store_weight_rows(w, weights, [&](int h, uint32_t codes) {
+    return e2m1x4_to_e4m3x4(codes, tables[h].lo, tables[h].hi);
+  });
 }
 
 // kFast: this lane's two rows' fast-path bases over K tiles [begin, end) (fold::fast_row of their
@@ -1277,15 +1286,14 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
     // here, so that no accumulator is live where the converters' branch joins (their registers
     // are fewer).
     pipeline::named_sync(1, kConsumers * kThreads);
-    // kFast: the weight rows' factors 2^(base - 129) (the base of the CTA's K tiles; any byte
-    // gives a finite factor, and a warp on the exact path has no fp32 sums). A partition without
-    // K tiles has no sums, and its bases were never handed over through a stage: not read.
+    // kFast: the weight rows' factors 2^(base - 129) (the base of the CTA's K tiles; a warp on the
+    // exact path has no fp32 sums). A partition without K tiles has no sums, and its bases were
+    // never handed over through a stage: not read.
     double factor_g = 1.0, factor_h = 1.0;
     if (kFast && tile_begin < tile_end) {
-      const auto factor = [](uint32_t base) {
-        return __hiloint2double(static_cast<int>(((base & 0xFFu) + 1023u - 129u) << 20), 0);
-      };
-      factor_g = factor(row_bases[16 * warp + g]), factor_h = factor(row_bases[16 * warp + g + 8]);
+      // 2^(base - 129) = block_scale(base, 127) (bases are at most 249: never the NaN byte).
+      factor_g = block_scale(row_bases[16 * warp + g], 127);
+      factor_h = block_scale(row_bases[16 * warp + g + 8], 127);
     }
     write_partials<kMaxTokens>(reinterpret_cast<double*>(smem), c * kMaxTokens, fast, exact,
                                any_exact, factor_g, factor_h);
