@@ -651,9 +651,9 @@ TEST_F(CudaBackend, SkinnyMatchesTheReference) {
 }
 
 TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
-  // A4W4_MATH_FAST_ACCUM: cuda.skinny's two-token-tile kernel (M = 129..256 on a prepared B) runs
-  // FP8 e4m3 wgmmas that accumulate in the tensor cores; every other kernel and layout computes
-  // exactly. Each element is held to the exact contract's bound plus kFastAccumBound * |alpha| *
+  // A4W4_MATH_FAST_ACCUM: cuda.skinny with 128-row token tiles (M = 65..256: the one-warpgroup
+  // kernel, either layout; the two-token-tile kernel on a prepared B from M = 129) runs FP8 e4m3
+  // wgmmas that accumulate in the tensor cores; every other kernel computes exactly. Each element is held to the exact contract's bound plus kFastAccumBound * |alpha| *
   // D_abs, and where the tensor cores lose nothing (kTileConstantScales) to the exact bound alone.
   // Data outside the e4m3 window takes the exact path: narrow scales (weight rows spread over more
   // than 11 binades: their warps for every K tile), wide ones with NaN, folding rows at the E8M0
@@ -671,7 +671,7 @@ TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
     run_case(ctx_, rng_, c);
   };
   int v = 0;
-  for (int64_t m : {129, 200, 256})
+  for (int64_t m : {65, 128, 129, 200, 256})
     for (int64_t k : {160, 1024, 4160})
       for (int scales :
            {kTileLocalScales, kTileConstantScales, kFoldScales, kNarrowScales, kWideScales,
@@ -680,22 +680,27 @@ TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
             scales != kTileConstantScales)
           continue;  // quicker
         const int64_t n = v % 3 == 0 ? 1000 : (v % 3 == 1 ? 72 : 200);
-        fast_case(GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, true, 0,
+        // Mostly prepared (both kernels from M = 129), every fourth case plain.
+        fast_case(GemmCase{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, v % 4 != 3, 0,
                            "cuda.skinny", v % 4 == 0 ? 32 : 0, v % 5 == 0 ? 2 : 0});
         if (HasFatalFailure()) return;
         ++v;
       }
   // Long K (each weight row's window over 64 K tiles) and more column tiles (N = 8448: one K
-  // partition, D stored 8 columns at a time), chosen by the dispatcher.
+  // partition, D stored 8 columns at a time), chosen by the dispatcher; the one-warpgroup kernel
+  // at M = 100 (long K) and over two token tiles of a plain B.
   for (int scales : {kTileLocalScales, kTileConstantScales}) {
     fast_case(GemmCase{256, 1000, 8192, A4W4_DTYPE_F32, false, false, scales, true, 0, nullptr, 0});
     fast_case(
         GemmCase{192, 8448, 1024, A4W4_DTYPE_BF16, false, false, scales, true, 0, nullptr, 0});
+    fast_case(GemmCase{100, 1000, 8192, A4W4_DTYPE_F32, false, true, scales, true, 0, nullptr, 0});
+    fast_case(
+        GemmCase{256, 8448, 1024, A4W4_DTYPE_F16, false, false, scales, false, 0, "cuda.skinny", 0});
     if (HasFatalFailure()) return;
   }
   // Every other kernel computes exactly in fast mode: the contract's bound alone.
-  for (int64_t m : {1, 20, 64, 200, 300}) {
-    GemmCase c{m, 1000,    1024, A4W4_DTYPE_F32, false, true, kTileLocalScales, m != 200,
+  for (int64_t m : {1, 20, 64, 300}) {
+    GemmCase c{m, 1000,    1024, A4W4_DTYPE_F32, false, true, kTileLocalScales, m != 64,
                0, nullptr, 0};
     c.math_mode = A4W4_MATH_FAST_ACCUM;
     run_case(ctx_, rng_, c);

@@ -123,14 +123,24 @@ __device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes, uint32_t lo =
   return signed_s8x4(permute(lo, hi, codes), permute(lo, hi, codes ^ 0x8888u));
 }
 
-// Four E2M1 codes (the low 16 bits; higher bits are ignored) -> four FP8 e4m3 bytes of their
-// values times a power of two, from a table (lo, hi) of the e4m3 bytes of the magnitudes
-// {0, .5, 1, 1.5, 2, 3, 4, 6} scaled alike (fold::e4m3_table): the magnitude looked up, then its
-// byte or the same byte with the sign bit set picked by the code's sign.
+// E2M1 codes -> FP8 e4m3 bytes of their values times a power of two, from a table (lo, hi) of the
+// e4m3 bytes of the magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} scaled alike (fold::e4m3_table): each
+// magnitude looked up by one permute per four codes, and the four codes' sign bits (bit 3 of each
+// nibble) gathered onto bit 7 of their bytes by one more permute, from the codes' bytes and the
+// same bytes shifted left by 4 (code 2j's sign is bit 7 of the shifted byte j, code 2j + 1's of
+// byte j itself), merged by one LOP3. Eight codes (nibble i is element i): elements 0..3 in .x,
+// 4..7 in .y, nine instructions (the FP8 paths' converters are bound by them: a sign-selecting
+// second table permute took sixteen).
+__device__ __forceinline__ uint2 e2m1x8_to_e4m3x8(uint32_t codes, uint32_t lo, uint32_t hi) {
+  const uint32_t magnitudes = codes & 0x77777777u, shifted = codes << 4;
+  const uint32_t low = __byte_perm(lo, hi, magnitudes), high = __byte_perm(lo, hi, magnitudes >> 16);
+  const uint32_t signs_low = __byte_perm(codes, shifted, 0x1504u);
+  const uint32_t signs_high = __byte_perm(codes, shifted, 0x3726u);
+  return make_uint2(low | (signs_low & 0x80808080u), high | (signs_high & 0x80808080u));
+}
+// Four codes (the low 16 bits; higher bits are ignored).
 __device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t codes, uint32_t lo, uint32_t hi) {
-  const uint32_t positive = __byte_perm(lo, hi, codes & 0x7777u);
-  const uint32_t negative = positive | 0x80808080u;
-  return __byte_perm(positive, negative, 0x3210u | ((codes >> 1) & 0x4444u));
+  return e2m1x8_to_e4m3x8(codes & 0xFFFFu, lo, hi).x;
 }
 
 // D (4 x fp32) = A (16x32 e4m3, row) * B (32x8 e4m3, col) from a zero accumulator: one 32-wide

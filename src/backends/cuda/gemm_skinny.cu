@@ -424,11 +424,11 @@ __device__ __forceinline__ void store_activations(
              : 0;
       const fold::E4m3Table table = fold::e4m3_table(d);
 #pragma unroll
-      for (int y = 0; y < Share::kY; ++y)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          *reinterpret_cast<uint32_t*>(values + item.offset(y, half)) =
-              e2m1x4_to_e4m3x4(raw.words[i][y] >> (16 * half), table.lo, table.hi);
+      for (int y = 0; y < Share::kY; ++y) {
+        const uint2 bytes = e2m1x8_to_e4m3x8(raw.words[i][y], table.lo, table.hi);
+        *reinterpret_cast<uint32_t*>(values + item.offset(y, 0)) = bytes.x;
+        *reinterpret_cast<uint32_t*>(values + item.offset(y, 1)) = bytes.y;
+      }
       if (item.block == 0 && item.q0 == 0) {
         exponents[item.row] = ok ? f.base * 0x01010101u : scales;
         factor[factor_slot<kTokens>(item.row)] = __uint_as_float(ok ? f.base << 23 : 0u);
@@ -510,6 +510,70 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
     if constexpr (kSigned)
 #pragma unroll
       for (int r = 0; r < 4; ++r) b.positive[r] = signed_s8x4(b.positive[r], b.negative[r]);
+  }
+  return tile;
+}
+
+// Fast accumulation (kFast): the e4m3 table of block `block` of a row's K tile (its scale word)
+// relative to the row's base for the CTA's K tiles, d clamped to the window (a row outside it
+// has its warp on the exact path, so its values only need to be finite).
+__device__ __forceinline__ fold::E4m3Table fast_block_table(uint32_t scales, int block,
+                                                            uint32_t base) {
+  const int d = static_cast<int>((scales >> (8 * block)) & 0xFFu) - static_cast<int>(base);
+  return fold::e4m3_table(min(max(d, fold::kFastMinShift), fold::kFastMaxShift));
+}
+
+// kFast: this lane's two rows' fast-path bases over K tiles [begin, end) (fold::fast_row of their
+// smallest and largest block scales; padding blocks of a last partial tile take its first
+// block's scale), the quad's four lanes taking every fourth tile.
+template <bool kTiled>
+__device__ __forceinline__ void fast_row_bases(const WeightSource<kTiled>& source, int begin,
+                                               int end, fold::FastRow& g_row,
+                                               fold::FastRow& h_row) {
+  const int t = threadIdx.x % 4;
+  fold::FastRange g, h;
+  // kBatch loads in flight at a time (one at a time, the scan took several microseconds before
+  // the first tile could be converted).
+  constexpr int kBatch = 8;
+  for (int first = begin + t; first < end; first += 4 * kBatch) {
+    uint2 s[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int tile = first + 4 * i < end ? first + 4 * i : first;
+      if constexpr (kTiled)
+        s[i] = __ldg(reinterpret_cast<const uint2*>(source.scales[0] + size_t(tile) * 64));
+      else
+        s[i] = make_uint2(fold::scale_word(source.scales[0], tile, source.blocks, source.words),
+                          fold::scale_word(source.scales[1], tile, source.blocks, source.words));
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int tile = first + 4 * i < end ? first + 4 * i : first;
+      const WeightRaw w = source.valid_scales(WeightRaw{{}, {}, s[i].x, s[i].y}, tile);
+      g.add(w.scales_g), h.add(w.scales_h);
+    }
+  }
+#pragma unroll
+  for (int mask = 1; mask < 4; mask *= 2) g.add_lane(mask), h.add_lane(mask);
+  g_row = g.row(), h_row = h.row();
+}
+
+// kFast: convert_weights as signed e4m3 fragments (in the positive registers) relative to the
+// rows' bases for the CTA's K tiles.
+__device__ __forceinline__ WeightTile convert_weights_fast(const WeightRaw& w, uint32_t base_g,
+                                                           uint32_t base_h) {
+  const int t = threadIdx.x % 4;
+  const fold::E4m3Table tg = fast_block_table(w.scales_g, t, base_g),
+                        th = fast_block_table(w.scales_h, t, base_h);
+  const uint32_t words_g[4] = {w.g.x, w.g.y, w.g.z, w.g.w};
+  const uint32_t words_h[4] = {w.h.x, w.h.y, w.h.z, w.h.w};
+  WeightTile tile{};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t(&a)[4] = tile.words[q].positive;
+    const uint2 g = e2m1x8_to_e4m3x8(words_g[q], tg.lo, tg.hi);
+    const uint2 h = e2m1x8_to_e4m3x8(words_h[q], th.lo, th.hi);
+    a[0] = g.x, a[1] = h.x, a[2] = g.y, a[3] = h.y;
   }
   return tile;
 }
@@ -751,7 +815,10 @@ constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 template <int kTokens>
 constexpr int kSkinnyCtasPerSm = kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
 
-template <int kTokens, bool kTiled, bool kStaged>
+// kFast (fast accumulation; 128 staged activation rows only): FP8 e4m3 as in the two-token-tile
+// kernel — the weight rows folded once for the CTA's K tiles (fast_row_bases), the records per
+// chunk of K tiles, one e4m3 wgmma per K slice and one FFMA per accumulator and tile.
+template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
 __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
     gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -780,12 +847,21 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   const bool g_exists = row0 + 16 * warp + g < p.n, h_exists = row0 + 16 * warp + g + 8 < p.n;
   const auto record = [&](int slot) { return smem + slot * R::kSlotStride; };
 
+  static_assert(!kFast || (kTokens == kMaxTokens && kStaged && kSigned));
   const WeightSource<kTiled> source(p, row0);
   // Two buffers of weights loaded ahead (kLead = 2): tile i is converted from buffer i % 2, which
   // then loads tile i + 2; the loop is unrolled by two so the buffers stay in registers.
   WeightRaw even = {}, odd = {};
   if (tile_begin < tile_end) even = source.load(tile_begin);
   if (tile_begin + 1 < tile_end) odd = source.load(tile_begin + 1);
+  // kFast: this lane's rows' bases for the CTA's K tiles, and whether the warp's existing rows all
+  // fit the window (else its tiles take the exact path).
+  fold::FastRow fast_g{}, fast_h{};
+  bool warp_fits = false;
+  if constexpr (kFast) {
+    fast_row_bases(source, tile_begin, tile_end, fast_g, fast_h);
+    warp_fits = __all_sync(0xFFFFFFFFu, (!g_exists || fast_g.ok) && (!h_exists || fast_h.ok));
+  }
 
   ActivationItem<kTokens> items[kStaged ? 1 : ActivationShare<kTokens>::kItems];
   ActivationRaw<kTokens> act;
@@ -825,9 +901,12 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   for (int i = 0; i < kAcc; ++i) fast[i] = 0.0f;
   double exact[kAcc];  // local memory, touched only by the exact path
   bool any_exact = false;
-  int32_t sums_pos[kAcc], sums_neg[kAcc];  // w+ . a and w- . a of the tile
+  // w+ . a and w- . a of the tile (kFast: the tensor cores' fp32 sum of the tile).
+  std::conditional_t<kFast, float, int32_t> sums_pos[kAcc];
+  int32_t sums_neg[kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) sums_pos[i] = sums_neg[i] = 0;
+  for (int i = 0; i < kAcc; ++i) sums_pos[i] = 0, sums_neg[i] = 0;
+  float2 token_factors[kFast ? kTokens / 8 : 1];  // kFast: the current chunk's
 
   // The staged 64-row kernel: a warp that meets a tile off the fast path finishes the loop first
   // and then redoes those tiles exactly from the records in the workspace. The exact path's call
@@ -855,7 +934,9 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   const auto step = [&](int tile, WeightRaw& buffer) {
     const int use = tile - tile_begin, slot = use % kSlots;
     const uint8_t* activation_record = record(slot);
-    WeightTile w = convert_weights<kSigned>(source.valid_scales(buffer, tile));
+    WeightTile w = kFast ? convert_weights_fast(source.valid_scales(buffer, tile), fast_g.base,
+                                                fast_h.base)
+                         : convert_weights<kSigned>(source.valid_scales(buffer, tile));
     if (tile + kLead < tile_end) buffer = source.load(tile + kLead);
     if constexpr (kStaged) pipeline::wait(&full[slot], (use / kSlots) & 1);
     // Staged: every warp is done with the previous tile's slot, which thread 0 refills. Else: the
@@ -876,7 +957,10 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       // The descriptor's start address counts 16-byte units (shared memory < 2^18 bytes: no carry).
       const uint64_t activations =
           slot0_descriptor + static_cast<uint32_t>(slot) * (R::kSlotStride / 16) + 2 * q;
-      mma_rs<kTokens>(sums_pos, w.words[q].positive, activations, q > 0);
+      if constexpr (kFast)
+        wgmma::mma_e4m3_m64n128k32_rs(sums_pos, w.words[q].positive, activations, q > 0);
+      else
+        mma_rs<kTokens>(sums_pos, w.words[q].positive, activations, q > 0);
       if constexpr (!kSigned) mma_rs<kTokens>(sums_neg, w.words[q].negative, activations, q > 0);
     }
     wgmma::commit();
@@ -892,8 +976,17 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
     }
 
     constexpr int kRanges = kStaged ? 1 : R::kSummaries;  // a staged record's are reduced
-    const bool fast_path = warp_fast(allowed_bases<kTokens, kRanges>(activation_record), w.ok_g,
-                                     w.base_g, w.ok_h, w.base_h);
+    const float* factor = reinterpret_cast<const float*>(activation_record + R::kFactorOffset);
+    bool fast_path;
+    if constexpr (kFast) {
+      // The warp's rows fit their window, the record's rows theirs; the factors are the chunk's.
+      fast_path = warp_fits && allowed_bases<kTokens, 1>(activation_record).need == 0;
+      if (tile == tile_begin || tile % kFastChunkTiles == 0)
+        load_token_factors<kTokens>(factor, token_factors);
+    } else {
+      fast_path = warp_fast(allowed_bases<kTokens, kRanges>(activation_record), w.ok_g, w.base_g,
+                            w.ok_h, w.base_h);
+    }
 
     wgmma::wait<0>();
     wgmma::fence_operands(sums_pos);
@@ -904,15 +997,18 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       wgmma::fence_operands(w.words[q].positive);
       if constexpr (!kSigned) wgmma::fence_operands(w.words[q].negative);
     }
-    const float* factor = reinterpret_cast<const float*>(activation_record + R::kFactorOffset);
     if (fast_path) {
-      promote_tile<kTokens, kSigned>(fast, sums_pos, sums_neg, w.base_g, w.base_h, factor);
+      if constexpr (kFast)
+        promote_fast<kTokens>(fast, sums_pos, token_factors);
+      else
+        promote_tile<kTokens, kSigned>(fast, sums_pos, sums_neg, w.base_g, w.base_h, factor);
     } else if constexpr (kDeferExact) {
       deferred_exact = true;  // redone after the loop
     } else {
       // The tile's weights again (the registers hold tile + kLead now; this path is rare).
-      add_exact_tile<kTokens, false>(tile, blocks, source.valid_scales(source.load(tile), tile),
-                                     activation_record, exact, any_exact);
+      add_exact_tile<kTokens, false, kFast>(tile, blocks,
+                                            source.valid_scales(source.load(tile), tile),
+                                            activation_record, exact, any_exact);
     }
   };
   int tile = tile_begin;
@@ -939,7 +1035,10 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   // The CTA's sums as doubles: partial[token][row], over the ring (every warp is done with it).
   __syncthreads();
   double* partial = reinterpret_cast<double*>(smem);
-  write_partials<kTokens>(partial, 0, fast, exact, any_exact);
+  // kFast: the weight rows' factors 2^(base - 129), applied to their fp32 sums here.
+  double factor_g = 1.0, factor_h = 1.0;
+  if constexpr (kFast) factor_g = block_scale(fast_g.base, 127), factor_h = block_scale(fast_h.base, 127);
+  write_partials<kTokens>(partial, 0, fast, exact, any_exact, factor_g, factor_h);
   finish_tile<kTokens, kThreads>(p, partial, token0, row0);
 #else
   (void)p;
@@ -1005,8 +1104,8 @@ struct SharedSmem {
 
 // Writes this converter lane's K tile (rows g and g + 8 of its warp's 16, block t) into the
 // stage's weight rows: word q's low and high 16 bits go to K slots 32 q + 4 t and 32 q + 16 + 4 t
-// (slot_byte), where the activations of the same elements are. convert(h, codes): four codes of
-// row g (h = 0) or g + 8 (h = 1) as the MMA's four bytes.
+// (slot_byte), where the activations of the same elements are. convert(h, codes): eight codes of
+// row g (h = 0) or g + 8 (h = 1) as the MMA's bytes, the low four codes' in .x.
 template <typename Convert>
 __device__ __forceinline__ void store_weight_rows(const WeightRaw& w, uint8_t* weights,
                                                   const Convert& convert) {
@@ -1016,11 +1115,13 @@ __device__ __forceinline__ void store_weight_rows(const WeightRaw& w, uint8_t* w
   for (int h = 0; h < 2; ++h) {
     const int row = 16 * warp + g + 8 * h;
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        *reinterpret_cast<uint32_t*>(weights + wgmma::swizzled_offset(row, slot_byte(t, q, half))) =
-            convert(h, words[h][q] >> (16 * half));
+    for (int q = 0; q < 4; ++q) {
+      const uint2 bytes = convert(h, words[h][q]);
+      *reinterpret_cast<uint32_t*>(weights + wgmma::swizzled_offset(row, slot_byte(t, q, 0))) =
+          bytes.x;
+      *reinterpret_cast<uint32_t*>(weights + wgmma::swizzled_offset(row, slot_byte(t, q, 1))) =
+          bytes.y;
+    }
   }
 }
 
@@ -1036,8 +1137,9 @@ __device__ __forceinline__ void store_folded_rows(const WeightRaw& w, uint8_t* w
     const uint32_t shift = rows[h]->ok ? (rows[h]->shifts >> (8 * t)) & 0xFFu : 0u;
     lo[h] = kMagnitudesLo << shift, hi[h] = kMagnitudesHi << shift;
   }
-  store_weight_rows(w, weights,
-                    [&](int h, uint32_t codes) { return e2m1x4_to_s8x4(codes, lo[h], hi[h]); });
+  store_weight_rows(w, weights, [&](int h, uint32_t codes) {
+    return make_uint2(e2m1x4_to_s8x4(codes, lo[h], hi[h]), e2m1x4_to_s8x4(codes >> 16, lo[h], hi[h]));
+  });
 }
 
 // kFast: as FP8 e4m3, each row relative to its base for the CTA's K tiles (a row outside the
@@ -1049,43 +1151,11 @@ __device__ __forceinline__ void store_fast_rows(const WeightRaw& w, uint8_t* wei
   fold::E4m3Table tables[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int d = static_cast<int>((scales[h] >> (8 * t)) & 0xFFu) - static_cast<int>(bases[h]);
-    tables[h] = fold::e4m3_table(min(max(d, fold::kFastMinShift), fold::kFastMaxShift));
+    tables[h] = fast_block_table(scales[h], t, bases[h]);
   }
   store_weight_rows(w, weights, [&](int h, uint32_t codes) {
-    return e2m1x4_to_e4m3x4(codes, tables[h].lo, tables[h].hi);
+    return e2m1x8_to_e4m3x8(codes, tables[h].lo, tables[h].hi);
   });
-}
-
-// kFast: this lane's two rows' fast-path bases over K tiles [begin, end) (fold::fast_row of their
-// smallest and largest block scales; padding blocks of a last partial tile take its first
-// block's scale), the quad's four lanes taking every fourth tile.
-template <bool kTiled>
-__device__ __forceinline__ void fast_row_bases(const WeightSource<kTiled>& source, int begin,
-                                               int end, fold::FastRow& g_row,
-                                               fold::FastRow& h_row) {
-  const int t = threadIdx.x % 4;
-  fold::FastRange g, h;
-  // kBatch loads in flight at a time (one at a time, the scan took several microseconds before
-  // the first tile could be converted).
-  constexpr int kBatch = 8;
-  for (int first = begin + t; first < end; first += 4 * kBatch) {
-    uint2 s[kBatch];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int tile = first + 4 * i < end ? first + 4 * i : first;
-      s[i] = __ldg(reinterpret_cast<const uint2*>(source.scales[0] + size_t(tile) * 64));
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int tile = first + 4 * i < end ? first + 4 * i : first;
-      const WeightRaw w = source.valid_scales(WeightRaw{{}, {}, s[i].x, s[i].y}, tile);
-      g.add(w.scales_g), h.add(w.scales_h);
-    }
-  }
-#pragma unroll
-  for (int mask = 1; mask < 4; mask *= 2) g.add_lane(mask), h.add_lane(mask);
-  g_row = g.row(), h_row = h.row();
 }
 
 template <bool kFast>
@@ -1373,11 +1443,11 @@ int64_t staged_bytes(const GemmProblem& p) {
 
 // The kernel, its dynamic shared memory allowed (once per instantiation and process) before any
 // launch or occupancy query.
-template <int kTokens, bool kTiled, bool kStaged>
+template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
 auto skinny_kernel() {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
   static_assert(kBytes <= 227 * 1024);
-  const auto kernel = gemm_skinny_kernel<kTokens, kTiled, kStaged>;
+  const auto kernel = gemm_skinny_kernel<kTokens, kTiled, kStaged, kFast>;
   static const cudaError_t attribute =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_kernel)");
@@ -1399,10 +1469,10 @@ int64_t cached_resident_ctas(std::atomic<int> (&known)[kMaxSplits + 1], Kernel k
 
 // CTAs of the kernel resident at once in clusters of `splits` (the GPCs decide where clusters
 // fit: on the H200 at four CTAs per SM, 528 CTAs alone but 496 in clusters of 4 or 8).
-template <int kTokens, bool kTiled, bool kStaged>
+template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
 int64_t resident_ctas(int splits, int ordinal) {
   static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
-  return cached_resident_ctas(known, skinny_kernel<kTokens, kTiled, kStaged>(), kThreads,
+  return cached_resident_ctas(known, skinny_kernel<kTokens, kTiled, kStaged, kFast>(), kThreads,
                               Smem<kTokens, kSlotsOf<kStaged>>::kBytes, splits, ordinal);
 }
 
@@ -1447,12 +1517,12 @@ int splits_for_waves(int64_t ctas, const Resident& resident, const Allowed& allo
 //   on 264 slots) 152 -> 124 us at 2 splits; with a fuller last wave splitting lost (128 x 28672 x
 //   8192, 448 on 264: 152 -> 164). Starting at two splits, as above, lost 6-10% at 128 x 28672 x
 //   8192 and 256 x 8192 x 8192.
-template <int kTokens, bool kTiled, bool kStaged>
+template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
 int choose_splits(const GemmProblem& p) {
   const int64_t ctas = column_tiles(p) * token_tiles<kTokens>(p);
   const int64_t tiles = layout::k_tiles(p.k);
   const auto resident = [&](int splits) {
-    return resident_ctas<kTokens, kTiled, kStaged>(splits, p.device.ordinal);
+    return resident_ctas<kTokens, kTiled, kStaged, kFast>(splits, p.device.ordinal);
   };
   // At 64 activation rows a partition's start and reduction cost more: at least 5 K tiles each
   // (H200: 64 x 2880 x 4096 took 15.4 us in 8 partitions of 4 tiles, 14.1 in 4 of 8; shapes that
@@ -1475,11 +1545,11 @@ int choose_splits(const GemmProblem& p) {
   return splits_for_waves(ctas, resident, allowed);
 }
 
-template <int kTokens, bool kTiled, bool kStaged>
+template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
 void launch_gemm(const GemmProblem& p, const uint8_t* records) {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
-  const auto kernel = skinny_kernel<kTokens, kTiled, kStaged>();
-  const int splits = choose_splits<kTokens, kTiled, kStaged>(p);
+  const auto kernel = skinny_kernel<kTokens, kTiled, kStaged, kFast>();
+  const int splits = choose_splits<kTokens, kTiled, kStaged, kFast>(p);
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
   const int per_split = (tiles + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits),
@@ -1539,13 +1609,13 @@ void launch(const GemmProblem& p) {
   auto* records = static_cast<uint8_t*>(p.workspace);
   const dim3 grid(static_cast<unsigned>(layout::k_tiles(p.k)),
                   static_cast<unsigned>(token_tiles<kTokens>(p)));
-  // Two token tiles on a prepared B share a CTA; there fast accumulation runs FP8 (its own
-  // records). Everywhere else the int8 path, exact in either math mode.
+  // Two token tiles on a prepared B share a CTA. With 128-row token tiles (M > 64) fast
+  // accumulation runs FP8 (its own records); below, the int8 path, exact in either math mode.
   bool shared = false, fast = false;
   auto* stage = stage_activations_kernel<kTokens>;
-  if constexpr (kTokens == kMaxTokens && kTiled) {
-    shared = p.m > kMaxTokens && p.m <= kSharedTokens;
-    fast = shared && p.math_mode == A4W4_MATH_FAST_ACCUM;
+  if constexpr (kTokens == kMaxTokens) {
+    shared = kTiled && p.m > kMaxTokens && p.m <= kSharedTokens;
+    fast = p.math_mode == A4W4_MATH_FAST_ACCUM;
     if (fast) stage = stage_activations_kernel<kTokens, true>;
   }
   // Launched early: its start overlaps the end of the kernel before it (the previous call's GEMM
@@ -1554,6 +1624,9 @@ void launch(const GemmProblem& p) {
   launch_kernel(stage, grid, kThreads, 0, p.stream, "stage_activations_kernel launch",
                 LaunchOrder::kEarly, false, p, records);
   if (shared) return fast ? launch_shared<true>(p, records) : launch_shared<false>(p, records);
+  if constexpr (kTokens == kMaxTokens) {
+    if (fast) return launch_gemm<kTokens, kTiled, true, true>(p, records);
+  }
   launch_gemm<kTokens, kTiled, true>(p, records);
 }
 
