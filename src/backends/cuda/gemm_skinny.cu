@@ -78,17 +78,18 @@ __device__ __forceinline__ int64_t token_tile() {
   return kTokens == kMaxTokens ? int64_t{blockIdx.z} : 0;
 }
 
-// How the 128 threads share a K tile's activations (kTokens rows x 128): a unit of work is one
-// (row, block) pair, its 4 words of 8 codes (16 contiguous bytes), and kSplit threads share it
-// (kY words each), so that every warp takes part; kItems units per thread. A unit's thread has the
+// How kCount threads (the GEMM's 128, or the staging kernel's kStagingThreads) share a K tile's
+// activations (kTokens rows x 128): a unit of work is one (row, block) pair, its 4 words of 8
+// codes (16 contiguous bytes), and kSplit threads share it (kY words each), so that every warp
+// takes part; kItems units per thread, unit threadIdx.x + kCount * i. A unit's thread has the
 // row's 4 block scales (folds the row itself) and writes word q's values where the weights'
 // fragments put them (slot_byte): 32 bytes apart.
-template <int kTokens>
+template <int kTokens, int kCount = kThreads>
 struct ActivationShare {
-  static constexpr int kSplit = kThreads / (kTokens * 4) > 1 ? kThreads / (kTokens * 4) : 1;
+  static constexpr int kSplit = kCount / (kTokens * 4) > 1 ? kCount / (kTokens * 4) : 1;
   static constexpr int kY = 4 / kSplit;  // words per thread and unit
-  static constexpr int kItems = kTokens * 4 * kSplit / kThreads;
-  static constexpr int kSummaries = kItems * kThreads / 32;  // one per warp and item
+  static constexpr int kItems = kTokens * 4 * kSplit / kCount;
+  static constexpr int kSummaries = kItems * kCount / 32;  // one per warp and item
   static_assert(kItems >= 1);
 };
 
@@ -291,18 +292,18 @@ struct WeightSource {
 
 // This thread's share of one K tile's activations, held in registers between its loads and its
 // conversion (so the loads of tile i + 1 are in flight while tile i is multiplied).
-template <int kTokens>
+template <int kTokens, int kCount = kThreads>
 struct ActivationRaw {
-  using Share = ActivationShare<kTokens>;
+  using Share = ActivationShare<kTokens, kCount>;
   uint32_t words[Share::kItems][Share::kY];
   uint32_t scales[Share::kItems];  // the row's 4 block scales (block j in byte j)
 };
 
 // Item i of this thread: its activation row, block and first word, with what does not change from
 // tile to tile worked out once: where its words and scales come from and where its values go.
-template <int kTokens>
+template <int kTokens, int kCount = kThreads>
 struct ActivationItem {
-  using Share = ActivationShare<kTokens>;
+  using Share = ActivationShare<kTokens, kCount>;
   int row, block, q0;
   bool present;           // row < M
   const uint8_t* src;     // its first word in K tile 0
@@ -313,7 +314,7 @@ struct ActivationItem {
 
   // token0: the first activation row of the CTA's token tile.
   __device__ void init(const GemmProblem& p, int i, int64_t token0) {
-    const int unit = static_cast<int>(threadIdx.x) + kThreads * i;
+    const int unit = static_cast<int>(threadIdx.x) + kCount * i;
     row = unit / (4 * Share::kSplit);
     block = (unit / Share::kSplit) % 4;
     q0 = (unit % Share::kSplit) * Share::kY;
@@ -334,14 +335,14 @@ struct ActivationItem {
   }
 };
 
-template <int kTokens>
+template <int kTokens, int kCount = kThreads>
 __device__ __forceinline__ void load_activations(
-    const ActivationItem<kTokens> (&items)[ActivationShare<kTokens>::kItems], int tile, int blocks,
-    bool aligned, bool scale_words, ActivationRaw<kTokens>& raw) {
-  using Share = ActivationShare<kTokens>;
+    const ActivationItem<kTokens, kCount> (&items)[ActivationShare<kTokens, kCount>::kItems],
+    int tile, int blocks, bool aligned, bool scale_words, ActivationRaw<kTokens, kCount>& raw) {
+  using Share = ActivationShare<kTokens, kCount>;
 #pragma unroll
   for (int i = 0; i < Share::kItems; ++i) {
-    const ActivationItem<kTokens>& item = items[i];
+    const ActivationItem<kTokens, kCount>& item = items[i];
 #pragma unroll
     for (int y = 0; y < Share::kY; ++y) raw.words[i][y] = 0;
     raw.scales[i] = 0x7F7F7F7Fu;  // rows past M: zeros with scale 127 (fold, factor 1)
@@ -380,8 +381,8 @@ inline constexpr int kFastChunkTiles = 8;
 inline constexpr uint32_t kFastMinTokenBase = 13, kFastMaxTokenBase = 205;
 
 // Item i's row folded over the chunk of K tile `tile` (rows past M: scale 127 throughout).
-template <int kTokens>
-__device__ __forceinline__ fold::FastRow chunk_fast_row(const ActivationItem<kTokens>& item,
+template <int kTokens, int kCount>
+__device__ __forceinline__ fold::FastRow chunk_fast_row(const ActivationItem<kTokens, kCount>& item,
                                                         int tile, int blocks, bool words) {
   const int tiles = (blocks + 3) / 4;
   const int first = tile / kFastChunkTiles * kFastChunkTiles;
@@ -401,12 +402,14 @@ __device__ __forceinline__ fold::FastRow chunk_fast_row(const ActivationItem<kTo
 // fold::e4m3_table); a row outside the window is stored unshifted (its exponents the block
 // scales, factor 0) and need[] = 0x7FFF sends the tile's (warp, token tile)s to the exact path;
 // else need[] = 0.
-template <int kTokens, bool kFast = false>
+template <int kTokens, bool kFast = false, int kCount = kThreads>
 __device__ __forceinline__ void store_activations(
-    const ActivationItem<kTokens> (&items)[ActivationShare<kTokens>::kItems],
-    const ActivationRaw<kTokens>& raw, uint8_t* record, const fold::FastRow* chunk_rows = nullptr) {
+    const ActivationItem<kTokens, kCount> (&items)[ActivationShare<kTokens, kCount>::kItems],
+    const ActivationRaw<kTokens, kCount>& raw, uint8_t* record,
+    const fold::FastRow* chunk_rows = nullptr) {
   using R = ActivationRecord<kTokens>;
-  using Share = ActivationShare<kTokens>;
+  using Share = ActivationShare<kTokens, kCount>;
+  static_assert(Share::kSummaries == R::kSummaries);
   uint8_t* values = record;
   float* factor = reinterpret_cast<float*>(record + R::kFactorOffset);
   uint32_t* exponents = reinterpret_cast<uint32_t*>(record + R::kExponentOffset);
@@ -414,7 +417,7 @@ __device__ __forceinline__ void store_activations(
   int* allow = reinterpret_cast<int*>(record + R::kAllowOffset);
 #pragma unroll
   for (int i = 0; i < Share::kItems; ++i) {
-    const ActivationItem<kTokens>& item = items[i];
+    const ActivationItem<kTokens, kCount>& item = items[i];
     const uint32_t scales = raw.scales[i];
     if constexpr (kFast) {
       const fold::FastRow f = chunk_rows[i];
@@ -435,7 +438,7 @@ __device__ __forceinline__ void store_activations(
       }
       const bool all_ok = __all_sync(0xFFFFFFFFu, ok);
       if (threadIdx.x % 32 == 0) {
-        const int entry = (threadIdx.x + kThreads * i) / 32;
+        const int entry = (threadIdx.x + kCount * i) / 32;
         need[entry] = all_ok ? 0 : 0x7FFF;
         allow[entry] = 0x7FFF;
       }
@@ -471,7 +474,7 @@ __device__ __forceinline__ void store_activations(
       // fold::fp32_accumulation_safe(e_lo, e_hi, b, b) as bounds on the weight base b (no
       // constraint beyond b >= 3 from rows that do not exist: e_lo = 255, e_hi = 0), and b at
       // most fold::kMaxScaledTileSumBase for the promotion's TileSumScale.
-      const int entry = (threadIdx.x + kThreads * i) / 32;
+      const int entry = (threadIdx.x + kCount * i) / 32;
       need[entry] = all_folded && e_lo >= 1 ? max(3, 130 - static_cast<int>(e_lo)) : 0x7FFF;
       allow[entry] =
           min(330 - static_cast<int>(e_hi), static_cast<int>(fold::kMaxScaledTileSumBase));
@@ -1377,34 +1380,42 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
 #endif
 }
 
+// The staging kernel's threads: one per (row, block) unit from 32 rows up (the GEMM's 128 threads
+// take two or four units each at 64 and 128 rows: H200, 128 threads per CTA staged a 256 x 8192
+// record set in 7.7 us for fast accumulation, each warp a chain of 2,000 instructions).
+template <int kTokens>
+constexpr int kStagingThreads = kTokens * 4 > kThreads ? kTokens * 4 : kThreads;
+
 // One CTA per (K tile, token tile): the tile's activation record, as the GEMM's CTAs would convert
 // it, written to records once for the call (token tile z's records after the previous tile's).
 // (Launching the GEMM as a programmatic dependent of this grid, its weights' first loads
 // overlapping it, measured 1-1.5 us faster at M = 16 but 9 us slower at M = 64 x 8192 x 8192 on the
 // H200: not done.)
 template <int kTokens, bool kFast = false>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kStagingThreads<kTokens>)
     stage_activations_kernel(const GemmProblem p, uint8_t* records) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using R = ActivationRecord<kTokens>;
+  constexpr int kCount = kStagingThreads<kTokens>;
+  using Share = ActivationShare<kTokens, kCount>;
   __shared__ __align__(16) uint8_t record[R::kBytes];
   wait_for_previous_grid();  // launched early
   const int tile = static_cast<int>(blockIdx.x);
   const int64_t token0 = int64_t{blockIdx.y} * kTokens;
-  ActivationItem<kTokens> items[ActivationShare<kTokens>::kItems];
+  ActivationItem<kTokens, kCount> items[Share::kItems];
 #pragma unroll
-  for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i) items[i].init(p, i, token0);
-  ActivationRaw<kTokens> act;
+  for (int i = 0; i < Share::kItems; ++i) items[i].init(p, i, token0);
+  ActivationRaw<kTokens, kCount> act;
   const bool aligned =
       reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.stride_bytes % 16 == 0;
   const int blocks = static_cast<int>(p.k / 32);
-  load_activations<kTokens>(items, tile, blocks, aligned, fold::scale_words(p.a), act);
-  fold::FastRow chunk_rows[kFast ? ActivationShare<kTokens>::kItems : 1];
+  load_activations<kTokens, kCount>(items, tile, blocks, aligned, fold::scale_words(p.a), act);
+  fold::FastRow chunk_rows[kFast ? Share::kItems : 1];
   if constexpr (kFast)
 #pragma unroll
-    for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i)
+    for (int i = 0; i < Share::kItems; ++i)
       chunk_rows[i] = chunk_fast_row(items[i], tile, blocks, fold::scale_words(p.a));
-  store_activations<kTokens, kFast>(items, act, record, chunk_rows);
+  store_activations<kTokens, kFast, kCount>(items, act, record, chunk_rows);
   __syncthreads();
   if (threadIdx.x == 0) {
     // The GEMM reads the range of weight bases every row allows from need[0] and allow[0].
@@ -1415,7 +1426,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   uint4* out =
       reinterpret_cast<uint4*>(records + record_offset<kTokens>(blockIdx.y, gridDim.x, tile));
-  for (int i = static_cast<int>(threadIdx.x); i < R::kBytes / 16; i += kThreads)
+  for (int i = static_cast<int>(threadIdx.x); i < R::kBytes / 16; i += kCount)
     out[i] = reinterpret_cast<const uint4*>(record)[i];
 #else
   (void)p;
@@ -1621,7 +1632,7 @@ void launch(const GemmProblem& p) {
   // Launched early: its start overlaps the end of the kernel before it (the previous call's GEMM
   // lets it: allow_next_grid), and it waits for that kernel before it reads A or overwrites the
   // records the kernel may still read.
-  launch_kernel(stage, grid, kThreads, 0, p.stream, "stage_activations_kernel launch",
+  launch_kernel(stage, grid, kStagingThreads<kTokens>, 0, p.stream, "stage_activations_kernel launch",
                 LaunchOrder::kEarly, false, p, records);
   if (shared) return fast ? launch_shared<true>(p, records) : launch_shared<false>(p, records);
   if constexpr (kTokens == kMaxTokens) {
