@@ -58,13 +58,14 @@ constexpr std::array kGemmKernels = {
     // on a prepared B since its two token tiles share a conversion: 256 x 8192 x 8192 in 64 us),
     // slower from 384 (bench/RESULTS.md). Speed 26 (28.6 on a prepared B) ranks it first up to M =
     // 256 (the int8 family scores at most 26 there); max_m 256. It stays below cuda.gemv at M <= 4
-    // and above cuda.decode at 5..64 as before. With A4W4_MATH_FAST_ACCUM the two-token-tile kernel
-    // runs FP8 (about 13% faster; every other case computes exactly): the same ranking holds.
+    // and above cuda.decode at 5..64 as before. With A4W4_MATH_FAST_ACCUM its 128-row token tiles
+    // (M = 65..256) run FP8 (H200: 256 x 8192 x 8192 prepared 50 against 63 us exact, 128 x 8192 x
+    // 8192 36 against 41; M <= 64 computes exactly): the same ranking holds.
     GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
                true, 1, 256, 26.0,
                "sm_90a; plain B with 16-byte aligned rows or a prepared B of version 2 (16-byte "
                "aligned, scales 8-byte aligned); any K % 32 == 0; fast accumulation runs FP8 "
-               "wgmma at M = 129..256 on a prepared B",
+               "wgmma at M = 65..256",
                cuda::gemm_skinny_why_not, cuda::gemm_skinny, 28.6},
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
                1, 64, 2.8,

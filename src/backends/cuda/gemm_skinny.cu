@@ -1,5 +1,6 @@
 // The skinny GEMM family (cuda.skinny): small M on int8 warpgroup MMAs, sm_90a, exact mode (with
-// fast accumulation, the two-token-tile kernel runs FP8 e4m3 MMAs: gemm_skinny_shared_kernel).
+// fast accumulation, 128-row token tiles run FP8 e4m3 MMAs: gemm_skinny_shared_kernel and
+// gemm_skinny_kernel's kFast).
 // Memory-bound like cuda.decode, but the MMAs are wgmma with the weights in registers (RS form),
 // so a warpgroup issues one or two instructions per 32-wide K slice where cuda.decode's warps
 // issued one mma.sync per 8 activation rows and per sign part.

@@ -38,7 +38,7 @@ struct FoldedRow {
   return row;
 }
 
-// Fast accumulation (A4W4_MATH_FAST_ACCUM, cuda.skinny's two-token-tile kernel): the operands
+// Fast accumulation (A4W4_MATH_FAST_ACCUM, cuda.skinny's 128-row token tiles): the operands
 // become FP8 e4m3 2 * E2M1 * 2^d, d = scale - base in [kFastMinShift, kFastMaxShift], base = the
 // largest scale of the row's set - kFastMaxShift. The doubled magnitudes {1, ..., 12} * 2^d then
 // lie between e4m3's smallest normal (2^-6) and 384 (below its largest, 448): every value is exact.
