@@ -653,14 +653,15 @@ TEST_F(CudaBackend, SkinnyMatchesTheReference) {
 TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
   // A4W4_MATH_FAST_ACCUM: cuda.skinny with 128-row token tiles (M = 65..256: the one-warpgroup
   // kernel, either layout; the two-token-tile kernel on a prepared B from M = 129) runs FP8 e4m3
-  // wgmmas that accumulate in the tensor cores; every other kernel computes exactly. Each element is held to the exact contract's bound plus kFastAccumBound * |alpha| *
-  // D_abs, and where the tensor cores lose nothing (kTileConstantScales) to the exact bound alone.
-  // Data outside the e4m3 window takes the exact path: narrow scales (weight rows spread over more
-  // than 11 binades: their warps for every K tile), wide ones with NaN, folding rows at the E8M0
-  // extremes (activation bases outside 13..205, weight bases below 1), a wide 128-row band of B
-  // (mixed), activation rows drifting by 4 binades a K tile or with outlier channels (chunks of 8
-  // K tiles in or out of the window). Every output dtype and epilogue, ragged N, partial K tiles,
-  // split K (partitions starting inside a chunk), strided operands.
+  // wgmmas that accumulate in the tensor cores; every other kernel computes exactly. Each element
+  // is held to the exact contract's bound plus kFastAccumBound * |alpha| * D_abs, and where the
+  // tensor cores lose nothing (kTileConstantScales) to the exact bound alone. Data outside the e4m3
+  // window takes the exact path: narrow scales (weight rows spread over more than 11 binades: their
+  // warps for every K tile), wide ones with NaN, folding rows at the E8M0 extremes (activation
+  // bases outside 13..205, weight bases below 1), a wide 128-row band of B (mixed), activation rows
+  // drifting by 4 binades a K tile or with outlier channels (chunks of 8 K tiles in or out of the
+  // window). Every output dtype and epilogue, ragged N, partial K tiles, split K (partitions
+  // starting inside a chunk), strided operands.
   set_garbage_workspace(300, 8448, 8192);
   if (HasFatalFailure()) return;
   fast_worst_ratio = 0.0;
@@ -694,8 +695,8 @@ TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
     fast_case(
         GemmCase{192, 8448, 1024, A4W4_DTYPE_BF16, false, false, scales, true, 0, nullptr, 0});
     fast_case(GemmCase{100, 1000, 8192, A4W4_DTYPE_F32, false, true, scales, true, 0, nullptr, 0});
-    fast_case(
-        GemmCase{256, 8448, 1024, A4W4_DTYPE_F16, false, false, scales, false, 0, "cuda.skinny", 0});
+    fast_case(GemmCase{256, 8448, 1024, A4W4_DTYPE_F16, false, false, scales, false, 0,
+                       "cuda.skinny", 0});
     if (HasFatalFailure()) return;
   }
   // Every other kernel computes exactly in fast mode: the contract's bound alone.

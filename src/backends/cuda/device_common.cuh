@@ -133,7 +133,8 @@ __device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t codes, uint32_t lo =
 // second table permute took sixteen).
 __device__ __forceinline__ uint2 e2m1x8_to_e4m3x8(uint32_t codes, uint32_t lo, uint32_t hi) {
   const uint32_t magnitudes = codes & 0x77777777u, shifted = codes << 4;
-  const uint32_t low = __byte_perm(lo, hi, magnitudes), high = __byte_perm(lo, hi, magnitudes >> 16);
+  const uint32_t low = __byte_perm(lo, hi, magnitudes),
+                 high = __byte_perm(lo, hi, magnitudes >> 16);
   const uint32_t signs_low = __byte_perm(codes, shifted, 0x1504u);
   const uint32_t signs_high = __byte_perm(codes, shifted, 0x3726u);
   return make_uint2(low | (signs_low & 0x80808080u), high | (signs_high & 0x80808080u));

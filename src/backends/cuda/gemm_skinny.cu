@@ -938,9 +938,9 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   const auto step = [&](int tile, WeightRaw& buffer) {
     const int use = tile - tile_begin, slot = use % kSlots;
     const uint8_t* activation_record = record(slot);
-    WeightTile w = kFast ? convert_weights_fast(source.valid_scales(buffer, tile), fast_g.base,
-                                                fast_h.base)
-                         : convert_weights<kSigned>(source.valid_scales(buffer, tile));
+    WeightTile w =
+        kFast ? convert_weights_fast(source.valid_scales(buffer, tile), fast_g.base, fast_h.base)
+              : convert_weights<kSigned>(source.valid_scales(buffer, tile));
     if (tile + kLead < tile_end) buffer = source.load(tile + kLead);
     if constexpr (kStaged) pipeline::wait(&full[slot], (use / kSlots) & 1);
     // Staged: every warp is done with the previous tile's slot, which thread 0 refills. Else: the
@@ -1041,7 +1041,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   double* partial = reinterpret_cast<double*>(smem);
   // kFast: the weight rows' factors 2^(base - 129), applied to their fp32 sums here.
   double factor_g = 1.0, factor_h = 1.0;
-  if constexpr (kFast) factor_g = block_scale(fast_g.base, 127), factor_h = block_scale(fast_h.base, 127);
+  if constexpr (kFast)
+    factor_g = block_scale(fast_g.base, 127), factor_h = block_scale(fast_h.base, 127);
   write_partials<kTokens>(partial, 0, fast, exact, any_exact, factor_g, factor_h);
   finish_tile<kTokens, kThreads>(p, partial, token0, row0);
 #else
@@ -1142,7 +1143,8 @@ __device__ __forceinline__ void store_folded_rows(const WeightRaw& w, uint8_t* w
     lo[h] = kMagnitudesLo << shift, hi[h] = kMagnitudesHi << shift;
   }
   store_weight_rows(w, weights, [&](int h, uint32_t codes) {
-    return make_uint2(e2m1x4_to_s8x4(codes, lo[h], hi[h]), e2m1x4_to_s8x4(codes >> 16, lo[h], hi[h]));
+    return make_uint2(e2m1x4_to_s8x4(codes, lo[h], hi[h]),
+                      e2m1x4_to_s8x4(codes >> 16, lo[h], hi[h]));
   });
 }
 
@@ -1633,8 +1635,8 @@ void launch(const GemmProblem& p) {
   // Launched early: its start overlaps the end of the kernel before it (the previous call's GEMM
   // lets it: allow_next_grid), and it waits for that kernel before it reads A or overwrites the
   // records the kernel may still read.
-  launch_kernel(stage, grid, kStagingThreads<kTokens>, 0, p.stream, "stage_activations_kernel launch",
-                LaunchOrder::kEarly, false, p, records);
+  launch_kernel(stage, grid, kStagingThreads<kTokens>, 0, p.stream,
+                "stage_activations_kernel launch", LaunchOrder::kEarly, false, p, records);
   if (shared) return fast ? launch_shared<true>(p, records) : launch_shared<false>(p, records);
   if constexpr (kTokens == kMaxTokens) {
     if (fast) return launch_gemm<kTokens, kTiled, true, true>(p, records);
