@@ -60,12 +60,15 @@ constexpr std::array kGemmKernels = {
     // 256 (the int8 family scores at most 26 there); max_m 256. It stays below cuda.gemv at M <= 4
     // and above cuda.decode at 5..64 as before. With A4W4_MATH_FAST_ACCUM its 128-row token tiles
     // (M = 65..256) run FP8 (H200: 256 x 8192 x 8192 prepared 50 against 63 us exact, 128 x 8192 x
-    // 8192 36 against 41; M <= 64 computes exactly): the same ranking holds.
+    // 8192 36 against 41; M <= 64 computes exactly): the same ranking holds. max_m 512: above 256
+    // only with fast accumulation on a prepared B (why_not), where the two-token-tile kernel runs
+    // groups of 256 rows: 384 x 8192 x 8192 in 86 us, 512 x 8192 x 8192 in 98, against 131-132 on
+    // the int8 family (which wins from 1024 rows on the larger shapes).
     GemmKernel{"cuda.skinny", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 16, 64, 128, 1, true,
-               true, 1, 256, 26.0,
+               true, 1, 512, 26.0,
                "sm_90a; plain B with 16-byte aligned rows or a prepared B of version 2 (16-byte "
-               "aligned, scales 8-byte aligned); any K % 32 == 0; fast accumulation runs FP8 "
-               "wgmma at M = 65..256",
+               "aligned, scales 8-byte aligned); any K % 32 == 0; M above 256 only with fast "
+               "accumulation on a prepared B; fast accumulation runs FP8 wgmma at M = 65..512",
                cuda::gemm_skinny_why_not, cuda::gemm_skinny, 28.6},
     GemmKernel{"cuda.decode", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_DECODE, 8, 64, 128, 8, true, true,
                1, 64, 2.8,

@@ -662,7 +662,7 @@ TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
   // drifting by 4 binades a K tile or with outlier channels (chunks of 8 K tiles in or out of the
   // window). Every output dtype and epilogue, ragged N, partial K tiles, split K (partitions
   // starting inside a chunk), strided operands.
-  set_garbage_workspace(300, 8448, 8192);
+  set_garbage_workspace(700, 8448, 8192);
   if (HasFatalFailure()) return;
   fast_worst_ratio = 0.0;
   const a4w4_dtype outs[] = {A4W4_DTYPE_F32, A4W4_DTYPE_BF16, A4W4_DTYPE_F16};
@@ -699,13 +699,44 @@ TEST_F(CudaBackend, FastAccumulationStaysWithinItsBound) {
                        "cuda.skinny", 0});
     if (HasFatalFailure()) return;
   }
+  // Groups of 256 rows (the grid's z) in the two-token-tile kernel, the last one full, with one
+  // token tile or with a ragged one; named and chosen by the dispatcher.
+  for (int64_t m : {300, 400, 512}) {
+    fast_case(GemmCase{m, 200, 1024, outs[m % 3], m == 300, true, kTileLocalScales, true, 0,
+                       "cuda.skinny", 0});
+    fast_case(GemmCase{m, 1000, 4160, A4W4_DTYPE_BF16, false, false, kTileConstantScales, true, 0,
+                       nullptr, 0});
+    if (HasFatalFailure()) return;
+  }
   // Every other kernel computes exactly in fast mode: the contract's bound alone.
-  for (int64_t m : {1, 20, 64, 300}) {
+  for (int64_t m : {1, 20, 64, 700}) {
     GemmCase c{m, 1000,    1024, A4W4_DTYPE_F32, false, true, kTileLocalScales, m != 64,
                0, nullptr, 0};
     c.math_mode = A4W4_MATH_FAST_ACCUM;
     run_case(ctx_, rng_, c);
     if (HasFatalFailure()) return;
+  }
+  // Above 256 rows cuda.skinny takes fast accumulation on a prepared B only.
+  {
+    const int64_t m = 300, n = 64, k = 256;
+    const a4w4_device gpu = a4w4_cuda(0);
+    DeviceBuffer a(m * k / 2), as(m * k / 32), b(n * k / 2), bs(n * k / 32), d(m * n * 4);
+    a4w4_tensor ta = tensor(a.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+    a4w4_tensor tas = tensor(as.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+    a4w4_tensor tb = tensor(b.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+    a4w4_tensor tbs = tensor(bs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+    a4w4_tensor td = tensor(d.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+    a4w4_gemm_options options;
+    a4w4_gemm_options_init(&options);
+    options.kernel = "cuda.skinny";
+    for (a4w4_math_mode mode : {A4W4_MATH_EXACT, A4W4_MATH_FAST_ACCUM}) {
+      options.math_mode = mode;  // a plain B: refused in either mode
+      EXPECT_EQ(a4w4_gemm(ctx_, &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
+                A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+      EXPECT_NE(std::string(a4w4_last_error_message()).find("only with fast accumulation"),
+                std::string::npos)
+          << a4w4_last_error_message();
+    }
   }
   std::printf(
       "fast accumulation: largest (|D - reference| - exact bound) / (|alpha| * D_abs) = %.3g "

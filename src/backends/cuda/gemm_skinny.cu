@@ -70,7 +70,6 @@ constexpr int kMaxSplits = 8;  // portable cluster size
 constexpr int kLead = 2;       // weight K tiles loaded ahead into registers
 constexpr int kMaxTokens = 128;            // activation rows per CTA
 constexpr int kMaxUnstagedTokens = 64;     // the largest token tile that may convert per CTA
-constexpr int64_t kMaxTokenTiles = 65535;  // the grid's z
 
 // The CTA's token tile: only M > kMaxTokens has more than one (a constant 0 below keeps the
 // smaller kernels' registers as they were: the 64-row one spilled with blockIdx.z in its loop).
@@ -1079,6 +1078,12 @@ constexpr int kSharedStages = 4;
 constexpr int kConsumers = 2;
 constexpr int kSharedThreads = kThreads * (1 + kConsumers);
 constexpr int kSharedTokens = kConsumers * kMaxTokens;  // activation rows per CTA
+// With fast accumulation, M up to 512 on a prepared B: groups of kSharedTokens rows (the grid's
+// z), each converting the weights again. H200, against cuda.int8_128x128 (exact in either mode):
+// 384 x 8192 x 8192 86 against 131 us, 512 x 8192 x 8192 98 against 132; at 1024 rows 195 against
+// 201, but 671 against 615 at 1024 x 28672 x 8192 and 643 against 564 at 1024 x 8192 x 28672.
+// Exact mode stops at one group (the int8 path's promotion costs more than the family's).
+constexpr int kMaxSharedFastTokens = 2 * kSharedTokens;
 // setmaxnreg: the converters give registers to the consumers (64 int32 sums, 64 fp32
 // accumulators); the launch's 168 per thread (65536 / 384) is the pool.
 constexpr int kConverterRegisters = 72, kConsumerRegisters = 216;
@@ -1178,6 +1183,11 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
   const int tile_begin = static_cast<int>(blockIdx.y) * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
+  // The grid's z: groups of kSharedTokens activation rows (more than one with fast accumulation
+  // only); the last group may hold one token tile.
+  const int64_t token0 = int64_t{blockIdx.z} * kSharedTokens;
+  const int token_tile0 = static_cast<int>(blockIdx.z) * kConsumers;
+  const int present = p.m - token0 > kMaxTokens ? kConsumers : 1;  // token tiles in the group
 
   uint32_t* row_bases = reinterpret_cast<uint32_t*>(smem + S::kBasesOffset);
   uint32_t* warp_bases = reinterpret_cast<uint32_t*>(smem + S::kWarpBasesOffset);
@@ -1261,9 +1271,10 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
       pipeline::wait(&empty[s], parity ^ 1);
       if (threadIdx.x == 0) {
         wgmma::fence_shared_for_async();  // the consumers' generic reads of the stage come first
-        pipeline::arrive_expect_tx(&full[s], kConsumers * R::kBytes);
-        for (int c = 0; c < kConsumers; ++c)
-          pipeline::bulk_load(record(s, c), records + record_offset<kMaxTokens>(c, tiles, tile),
+        pipeline::arrive_expect_tx(&full[s], present * R::kBytes);
+        for (int c = 0; c < present; ++c)
+          pipeline::bulk_load(record(s, c),
+                              records + record_offset<kMaxTokens>(token_tile0 + c, tiles, tile),
                               R::kBytes, &full[s]);
       }
       if constexpr (kFast) {
@@ -1287,9 +1298,10 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
     float fast[kAcc];
     double exact[kAcc];  // local memory, touched only by the exact path
     bool any_exact = false;
-    // Always true (M > 128), but as a branch it keeps ptxas from placing accumulators in local
-    // memory (148 bytes spilled around the loop without it).
-    if (c * kMaxTokens < p.m) {
+    // A consumer whose token tile is past M (the last group's second) only releases the stages.
+    // As a branch it also keeps ptxas from placing accumulators in local memory (148 bytes
+    // spilled around the loop without it).
+    if (c < present) {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) fast[i] = 0.0f;
       // The tile's sums: exact int32 (int8 path) or the tensor cores' fp32 (kFast).
@@ -1357,6 +1369,13 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
         if (lane == 0) pipeline::arrive(&empty[s]);
       });
     }
+    else {
+      rounds([&](int, int s, uint32_t parity) {
+        pipeline::wait(&full[s], parity);
+        __syncwarp();
+        if (lane == 0) pipeline::arrive(&empty[s]);
+      });
+    }
     // The CTA's sums as doubles: partial[token][row], over the ring once both consumers are done
     // with it (the converters' last stage has been consumed, every bulk copy has landed). Written
     // here, so that no accumulator is live where the converters' branch joins (their registers
@@ -1371,10 +1390,11 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
       factor_g = block_scale(row_bases[16 * warp + g], 127);
       factor_h = block_scale(row_bases[16 * warp + g + 8], 127);
     }
-    write_partials<kMaxTokens>(reinterpret_cast<double*>(smem), c * kMaxTokens, fast, exact,
-                               any_exact, factor_g, factor_h);
+    if (c < present)  // the other's rows are past M: never stored
+      write_partials<kMaxTokens>(reinterpret_cast<double*>(smem), c * kMaxTokens, fast, exact,
+                                 any_exact, factor_g, factor_h);
   }
-  finish_tile<kSharedTokens, kSharedThreads>(p, reinterpret_cast<double*>(smem), 0, row0);
+  finish_tile<kSharedTokens, kSharedThreads>(p, reinterpret_cast<double*>(smem), token0, row0);
 #else
   (void)p;
   (void)tiles_per_split;
@@ -1595,9 +1615,11 @@ void launch_shared(const GemmProblem& p, const uint8_t* records) {
                                 p.device.ordinal);
   };
   const auto allowed = [&](int splits) { return splits <= kMaxSplits && tiles / splits >= 4; };
-  const int splits = splits_for_waves(column_tiles(p), resident, allowed);
+  const int64_t groups = (p.m + kSharedTokens - 1) / kSharedTokens;
+  const int splits = splits_for_waves(column_tiles(p) * groups, resident, allowed);
   const int per_split = static_cast<int>((tiles + splits - 1) / splits);
-  const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits), 1);
+  const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits),
+                  static_cast<unsigned>(groups));
   launch_with_y_cluster(kernel, grid, kSharedThreads, SharedSmem::kBytes, p.stream,
                         "gemm_skinny_shared_kernel launch", LaunchOrder::kAfterPrevious, p,
                         per_split, records);
@@ -1628,8 +1650,8 @@ void launch(const GemmProblem& p) {
   bool shared = false, fast = false;
   auto* stage = stage_activations_kernel<kTokens>;
   if constexpr (kTokens == kMaxTokens) {
-    shared = kTiled && p.m > kMaxTokens && p.m <= kSharedTokens;
     fast = p.math_mode == A4W4_MATH_FAST_ACCUM;
+    shared = kTiled && p.m > kMaxTokens && p.m <= (fast ? kMaxSharedFastTokens : kSharedTokens);
     if (fast) stage = stage_activations_kernel<kTokens, true>;
   }
   // Launched early: its start overlaps the end of the kernel before it (the previous call's GEMM
@@ -1658,9 +1680,14 @@ void launch_for_m(const GemmProblem& p) {
 std::string gemm_skinny_why_not(const GemmProblem& p) {
   if (p.device.type != A4W4_DEVICE_CUDA) return "operands are not on a CUDA device";
   if (device_info(p.device.ordinal).major != 9) return "needs an sm_90 GPU (wgmma)";
-  if (p.m > kMaxTokenTiles * kMaxTokens)
+  if (p.m > kMaxSharedFastTokens)
     return "M = " + std::to_string(p.m) + " is above its limit of " +
-           std::to_string(kMaxTokenTiles * kMaxTokens);
+           std::to_string(kMaxSharedFastTokens);
+  if (p.m > kSharedTokens &&
+      (p.math_mode != A4W4_MATH_FAST_ACCUM || p.b.layout == A4W4_LAYOUT_PLAIN))
+    return "M above " + std::to_string(kSharedTokens) +
+           " only with fast accumulation on a prepared B (up to " +
+           std::to_string(kMaxSharedFastTokens) + ")";
   if (p.split_k > 1) return "it takes no split_k (it splits K by whole 128-wide tiles itself)";
   if (p.m > kMaxUnstagedTokens && !records_fit<kMaxTokens>(p))
     return "M above " + std::to_string(kMaxUnstagedTokens) +
