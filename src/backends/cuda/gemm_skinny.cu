@@ -1368,8 +1368,7 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
         __syncwarp();
         if (lane == 0) pipeline::arrive(&empty[s]);
       });
-    }
-    else {
+    } else {
       rounds([&](int, int s, uint32_t parity) {
         pipeline::wait(&full[s], parity);
         __syncwarp();
