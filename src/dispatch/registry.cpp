@@ -57,7 +57,7 @@ constexpr std::array kGemmKernels = {
     // on the H200 1.4-2.0x faster than cuda.int8_128x128 at M = 96..128, 0.9-1.2x at 192..256 (1.5x
     // on a prepared B since its two token tiles share a conversion: 256 x 8192 x 8192 in 64 us),
     // slower from 384 (bench/RESULTS.md). Speed 26 (28.6 on a prepared B) ranks it first up to M =
-    // 256 (the int8 family scores at most 26 there); max_m 256. It stays below cuda.gemv at M <= 4
+    // 256 (the int8 family scores at most 26 there). It stays below cuda.gemv at M <= 4
     // and above cuda.decode at 5..64 as before. With A4W4_MATH_FAST_ACCUM its 128-row token tiles
     // (M = 65..256) run FP8 (H200: 256 x 8192 x 8192 prepared 50 against 63 us exact, 128 x 8192 x
     // 8192 36 against 41; M <= 64 computes exactly): the same ranking holds. max_m 512: above 256
