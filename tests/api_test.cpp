@@ -812,16 +812,17 @@ TEST(ApiBasics, GemmOptionsDefaults) {
 
 TEST(ApiBasics, WorkspaceSizeAndContextWorkspace) {
   size_t bytes = 0;
-  // (M + N) * K rounded up to 128, then the factors (one float per 128-K tile and row, rows
-  // rounded up to 128), summaries (one word per 8 tiles and row), block summaries (one word per
-  // 128 rows) and chunk flags (one word per 128 rows and 8 tiles), each part 256-aligned; for A
-  // also the high blocks' factors (one float per tile and row) and masks (a byte per 128 rows and
-  // tile); for B its blocks' shifts (one word per tile and row).
+  // (M + N) * K rounded up to 128, then the factors (one float per 128-K tile and row, A's rows
+  // rounded up to 128, B's to 384), summaries (one word per 8 tiles and row), block summaries (one
+  // word per 128 rows) and chunk flags (one word per 128 rows and 8 tiles), each part
+  // 256-aligned; for A also the high blocks' factors (one float per tile and row) and masks (a
+  // byte per 128 rows and tile); for B its blocks' shifts (one word per tile and row).
   ASSERT_EQ(a4w4_gemm_workspace_size(256, 512, 1024, &bytes), A4W4_SUCCESS);
-  EXPECT_EQ(bytes, 768u * 1024 + 768 * 8 * 4 + 768 * 4 + 2 * 256 + 2 * 256 + 256 * 8 * 4 + 256 +
-                       512 * 8 * 4);
+  EXPECT_EQ(bytes, 768u * 1024 + (256 + 768) * 8 * 4 + 768 * 4 + 2 * 256 + 2 * 256 + 256 * 8 * 4 +
+                       256 + 768 * 8 * 4);
   ASSERT_EQ(a4w4_gemm_workspace_size(1, 1, 32, &bytes), A4W4_SUCCESS);
-  EXPECT_EQ(bytes, 2u * (256 + 512 + 256 + 256 + 256) + 512 + 256 + 512);
+  EXPECT_EQ(bytes, (256u + 512 + 256 + 256 + 256) + 512 + 256 + (256 + 384 * 4 + 256 + 256 + 256) +
+                       384 * 4);
   EXPECT_EQ(a4w4_gemm_workspace_size(4, 4, 48, &bytes), A4W4_ERROR_K_NOT_MULTIPLE_OF_32);
   EXPECT_EQ(a4w4_gemm_workspace_size(0, 4, 64, &bytes), A4W4_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(a4w4_gemm_workspace_size(4, 4, 64, nullptr), A4W4_ERROR_INVALID_ARGUMENT);

@@ -101,6 +101,18 @@ constexpr std::array kGemmKernels = {
                "(version 2; data 16-byte, scales 4-byte aligned); a context workspace of "
                "a4w4_gemm_workspace_size bytes; K % 32 == 0; M, N, K < 2^31",
                cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},
+    // The same on 128 x 192 tiles: 13% fewer shared-memory and L2 bytes per MAC (m64n192k32
+    // MMAs, 40 KB stages); its tiles that do not fold always go to the bf16 family (K % 64 == 0).
+    // H100 (bench/RESULTS.md, session 22): 8192^3 in 1041 us against 1158-1186 on 128 x 128 tiles,
+    // 4096 x 8192 x 28672 1790 against 1870-2104, 1024 x 8192^2 206 against 187 (3 waves of its
+    // tiles against 4 fuller ones). Speed 28.5 against 26: the heuristic takes it where its tiles
+    // fill the waves about as well (large M), cuda.int8_128x128 elsewhere.
+    GemmKernel{"cuda.int8_128x192", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 192, 128, 1,
+               false, false, 65, 0, 28.5,
+               "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
+               "(version 2; data 16-byte, scales 4-byte aligned); a context workspace of "
+               "a4w4_gemm_workspace_size bytes; K % 64 == 0; M, N, K < 2^31",
+               cuda::gemm_int8_128x192_why_not, cuda::gemm_int8_128x192},
     // The same exact int8 path staging only A (and B's scales): two more warpgroups convert B's
     // codes into each stage, so no pass writes B as int8 before the GEMM. The converters bound its
     // main loop (H200: 1.2-1.8x slower than cuda.int8_128x128 from M = 384, 4-12% faster at

@@ -10,14 +10,16 @@ namespace a4w4 {
 
 // One operand of R rows staged for the int8 family (src/backends/cuda/gemm_int8.cu): its rows as
 // folded int8 (K rounded up to whole 128-K tiles, padding zero), one fp32 factor per (K tile, row)
-// for rows rounded up to 128, one summary word per (chunk of 8 K tiles, row) — the smallest and
-// largest base exponent, whether every tile folds, whether the chunk folds to one base — the same
-// per 128 rows, and per (128 rows, chunk) whether every row of the block folds the chunk to one
-// base with no high blocks (the GEMM then promotes its int32 sums once per chunk instead of once
-// per K tile). With high blocks (A, whose outlier channels put a few blocks of a K tile far above
-// the others): per (128 rows, K tile) a mask of the blocks kept apart, each on its own scale, and
-// per (K tile, row) their 4 scale bytes. Without high blocks (B): per (K tile, row) the 4 blocks'
-// shifts, for the kernel that converts B's codes itself (cuda.int8_bconv_128x128).
+// for rows rounded up to `row_multiple` (a multiple of 128: B's to 384, so that the 192-row tiles
+// of cuda.int8_128x192 read their factors and 128-row summaries inside it), one summary word per
+// (chunk of 8 K tiles, row) — the smallest and largest base exponent, whether every tile folds,
+// whether the chunk folds to one base — the same per 128 rows, and per (128 rows, chunk) whether
+// every row of the block folds the chunk to one base with no high blocks (the GEMM then promotes
+// its int32 sums once per chunk instead of once per K tile). With high blocks (A, whose outlier
+// channels put a few blocks of a K tile far above the others): per (128 rows, K tile) a mask of the
+// blocks kept apart, each on its own scale, and per (K tile, row) their 4 scale bytes. Without high
+// blocks (B): per (K tile, row) the 4 blocks' shifts, for the kernel that converts B's codes itself
+// (cuda.int8_bconv_128x128).
 struct StagedOperandLayout {
   static constexpr int64_t kTileK = 128, kTileRows = 128, kChunkTiles = 8;
   static constexpr int64_t kAlign = 256;
@@ -30,9 +32,9 @@ struct StagedOperandLayout {
 
   static constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-  constexpr StagedOperandLayout(int64_t r, int64_t k, bool high_blocks)
+  constexpr StagedOperandLayout(int64_t r, int64_t k, bool high_blocks, int64_t row_multiple)
       : rows(r),
-        padded_rows(round_up(r, kTileRows)),
+        padded_rows(round_up(r, row_multiple)),
         padded_k(round_up(k, kTileK)),
         k_tiles(round_up(k, kTileK) / kTileK),
         chunks((round_up(k, kTileK) / kTileK + kChunkTiles - 1) / kChunkTiles) {
@@ -54,10 +56,14 @@ struct StagedOperandLayout {
 
 // A (with high blocks) and B staged one after the other.
 struct StagingWorkspace {
+  static constexpr int64_t kRowsA = StagedOperandLayout::kTileRows, kRowsB = 384;
   StagedOperandLayout a, b;
   int64_t b_offset, bytes;
   constexpr StagingWorkspace(int64_t m, int64_t n, int64_t k)
-      : a(m, k, true), b(n, k, false), b_offset(a.bytes), bytes(a.bytes + b.bytes) {}
+      : a(m, k, true, kRowsA),
+        b(n, k, false, kRowsB),
+        b_offset(a.bytes),
+        bytes(a.bytes + b.bytes) {}
 };
 
 }  // namespace a4w4

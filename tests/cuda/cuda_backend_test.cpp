@@ -885,10 +885,13 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
   // case). kFoldScales take the folded int8 path (every tile folds); kNarrowScales and kWideScales
   // (spreads over 4 binades, and a few NaN scales) the exact generic tiles; ragged M and N, K not a
   // multiple of 128 (32 and 96: one partial K tile; 320: a partial last one; scale rows of 1 or 3
-  // bytes, read bytewise), every output dtype. Both kernels of the family: cuda.int8_128x128
-  // stages A and B; cuda.int8_bconv_128x128 stages A and converts B's codes in the GEMM (a plain B
-  // and K % 64 == 0 only: it skips the other cases).
-  for (const char* kernel : {"cuda.int8_128x128", "cuda.int8_bconv_128x128"}) {
+  // bytes, read bytewise), every output dtype. Every kernel of the family: cuda.int8_128x128
+  // stages A and B; cuda.int8_128x192 the same on 192-wide tiles, which straddle B's 128-row
+  // blocks (a tile whose blocks fold and do not fold stores only the columns of those that do, the
+  // bf16 launch the others: kFoldMixedScales' B rows 256..383, kExtremeFoldScales' alternating
+  // blocks); cuda.int8_bconv_128x128 stages A and converts B's codes in the GEMM (a plain B only).
+  // Both leave their unfolded tiles to the bf16 family: K % 64 == 0 only (they skip the others).
+  for (const char* kernel : {"cuda.int8_128x128", "cuda.int8_128x192", "cuda.int8_bconv_128x128"}) {
     SCOPED_TRACE(kernel);
     run_int8_family(kernel);
     if (HasFatalFailure()) return;
@@ -897,8 +900,9 @@ TEST_F(CudaBackend, Int8FamilyMatchesTheReference) {
 
 void CudaBackend::run_int8_family(const char* kernel) {
   const bool converts_b = std::string(kernel) == "cuda.int8_bconv_128x128";
+  const bool needs_bf16 = converts_b || std::string(kernel) == "cuda.int8_128x192";
   const auto applies = [&](const GemmCase& c) {
-    return !converts_b || (!c.prepared && c.k % 64 == 0);
+    return (!converts_b || !c.prepared) && (!needs_bf16 || c.k % 64 == 0);
   };
   set_garbage_workspace(2304, 2300, 4096);
   if (HasFatalFailure()) return;
@@ -1005,7 +1009,7 @@ struct ZeroOperands {
   }
 };
 
-TEST_F(CudaBackend, Int8BconvNeedsKMultipleOf64) {
+TEST_F(CudaBackend, Int8WideAndBconvNeedKMultipleOf64) {
   // cuda.int8_bconv_128x128 leaves its tiles that do not fold to the bf16 family, so it takes only
   // the problems that family takes (K % 64 == 0): others are refused by name, D untouched.
   ZeroOperands z(256, 256, 96);
@@ -1016,6 +1020,12 @@ TEST_F(CudaBackend, Int8BconvNeedsKMultipleOf64) {
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);
   options.kernel = "cuda.int8_bconv_128x128";
+  EXPECT_EQ(z.gemm(ctx_, options), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("multiple of 64"), std::string::npos)
+      << a4w4_last_error_message();
+  EXPECT_TRUE(z.untouched());
+  // So does cuda.int8_128x192 (no room for the generic exact tiles beside its stages).
+  options.kernel = "cuda.int8_128x192";
   EXPECT_EQ(z.gemm(ctx_, options), A4W4_ERROR_KERNEL_NOT_APPLICABLE);
   EXPECT_NE(std::string(a4w4_last_error_message()).find("multiple of 64"), std::string::npos)
       << a4w4_last_error_message();
@@ -1414,11 +1424,9 @@ TEST_F(CudaBackend, AVersion1PreparedBRunsOnTheGenericKernel) {
     if (HasFatalFailure()) return;
   }
   // Each fast kernel at an M it takes.
-  const std::pair<const char*, int64_t> kernels[] = {{"cuda.gemv", 1},
-                                                     {"cuda.skinny", 8},
-                                                     {"cuda.decode", 8},
-                                                     {"cuda.bf16_128x128", 100},
-                                                     {"cuda.int8_128x128", 100}};
+  const std::pair<const char*, int64_t> kernels[] = {
+      {"cuda.gemv", 1},           {"cuda.skinny", 8},         {"cuda.decode", 8},
+      {"cuda.bf16_128x128", 100}, {"cuda.int8_128x128", 100}, {"cuda.int8_128x192", 100}};
   for (const auto& [kernel, m] : kernels) {
     const PreparedGemm g(m, 64, 256, A4W4_LAYOUT_PREPARED_V1);
     EXPECT_EQ(g.run(ctx_, kernel), A4W4_ERROR_KERNEL_NOT_APPLICABLE) << kernel;

@@ -28,6 +28,9 @@ void gemm_bf16_128x128(const GemmProblem& problem, const ExecConfig& exec);
 // bf16 family in the same call. Chosen by the heuristic whenever the workspace is there.
 std::string gemm_int8_why_not(const GemmProblem& problem);
 void gemm_int8_128x128(const GemmProblem& problem, const ExecConfig& exec);
+// The same on 128 x 192 tiles (the bf16 family applicable for the tiles that do not fold).
+std::string gemm_int8_128x192_why_not(const GemmProblem& problem);
+void gemm_int8_128x192(const GemmProblem& problem, const ExecConfig& exec);
 // The same family staging A only: B's codes are converted inside the GEMM (plain B, and the bf16
 // family applicable for the tiles that do not fold).
 std::string gemm_int8_bconv_why_not(const GemmProblem& problem);

@@ -345,6 +345,29 @@ __device__ __forceinline__ bool pairs_aligned(const GemmProblem& p) {
   return reinterpret_cast<uintptr_t>(p.d) % (2 * bytes) == 0 && p.d_stride % 2 == 0;
 }
 
+// x and y as one 2-element store of kDtype at `index` of d, each rounded once from fp32 (NaN
+// canonical): store_pair's aligned case, for epilogues that choose D's dtype once per tile.
+template <a4w4_dtype kDtype>
+__device__ __forceinline__ void store_pair_as(void* d, int64_t index, float x, float y) {
+  if constexpr (kDtype == A4W4_DTYPE_F32) {
+    *reinterpret_cast<uint2*>(static_cast<float*>(d) + index) =
+        make_uint2(isnan(x) ? numerics::kCanonicalNanF32 : __float_as_uint(x),
+                   isnan(y) ? numerics::kCanonicalNanF32 : __float_as_uint(y));
+  } else if constexpr (kDtype == A4W4_DTYPE_BF16) {
+    const uint32_t lo =
+        isnan(x) ? numerics::kCanonicalNanBf16 : __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    const uint32_t hi =
+        isnan(y) ? numerics::kCanonicalNanBf16 : __bfloat16_as_ushort(__float2bfloat16_rn(y));
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(d) + index) = lo | hi << 16;
+  } else {
+    const uint32_t lo =
+        isnan(x) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(x));
+    const uint32_t hi =
+        isnan(y) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(y));
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(d) + index) = lo | hi << 16;
+  }
+}
+
 // D[m, n] and D[m, n + 1] = x and y rounded once (plain_epilogue: an fp32 value converted to D's
 // dtype is rounded once, as store_rounded does from a double), in one store when `aligned`
 // (pairs_aligned, n even); n + 1 past N is not written.
@@ -357,19 +380,11 @@ __device__ __forceinline__ void store_pair(const GemmProblem& p, int64_t m, int6
     return;
   }
   if (p.d_dtype == A4W4_DTYPE_F32) {
-    *reinterpret_cast<uint2*>(static_cast<float*>(p.d) + index) =
-        make_uint2(isnan(x) ? numerics::kCanonicalNanF32 : __float_as_uint(x),
-                   isnan(y) ? numerics::kCanonicalNanF32 : __float_as_uint(y));
+    store_pair_as<A4W4_DTYPE_F32>(p.d, index, x, y);
   } else if (p.d_dtype == A4W4_DTYPE_BF16) {
-    const uint32_t lo = isnan(x) ? numerics::kCanonicalNanBf16
-                                 : __bfloat16_as_ushort(__float2bfloat16_rn(x));
-    const uint32_t hi = isnan(y) ? numerics::kCanonicalNanBf16
-                                 : __bfloat16_as_ushort(__float2bfloat16_rn(y));
-    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) = lo | hi << 16;
+    store_pair_as<A4W4_DTYPE_BF16>(p.d, index, x, y);
   } else {
-    const uint32_t lo = isnan(x) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(x));
-    const uint32_t hi = isnan(y) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(y));
-    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.d) + index) = lo | hi << 16;
+    store_pair_as<A4W4_DTYPE_F16>(p.d, index, x, y);
   }
 }
 

@@ -65,7 +65,7 @@
 namespace a4w4::cuda {
 namespace {
 
-constexpr int kTileM = 128, kTileN = 128;
+constexpr int kTileM = 128;  // tile widths (kTileN): 128, or 192 (cuda.int8_128x192)
 constexpr int kStepK = 128;  // one fold tile: 4 blocks, 128 int8 = one 128-byte swizzled row
 constexpr int kWarpgroup = 128;
 // Warpgroups: the producer, two consumers, and (kConvert) two converters of B's codes.
@@ -93,13 +93,13 @@ constexpr int kChunkTiles = StagedOperandLayout::kChunkTiles;  // K tiles per ch
 // Named barriers: 0 is __syncthreads; the generic fallback tiles of consumer warpgroups 0 and 1
 // sync on 2 and 3 (persistent::exact_rows).
 
-// Where B's factor of row n lands inside its 128-row block: a consumer thread with q = lane % 4
-// needs the columns 8 j + 2 q + {0, 1} (j = 0..15) of its accumulators, which this order puts in
-// q's 32 floats, as 8 float4 (j = 2 jj, 2 jj + 1) rotated by 2 q so that the 4 addresses of one
-// LDS.128 fall in different banks (8 LDS.128 per step instead of 16 LDS.64).
-__host__ __device__ constexpr int factor_slot(int n) {
-  const int q = (n >> 1) & 3, j = n >> 3;
-  return q * 32 + ((j / 2 + 2 * q) % 8) * 4 + (j % 2) * 2 + (n & 1);
+// Where B's factor of row n lands: a consumer thread with q = lane % 4 needs the columns
+// 8 j + 2 q + {0, 1} of its accumulators; this order puts those of j = 2 jj, 2 jj + 1 in one float4
+// at 16 jj + 4 q, so the 4 addresses of one LDS.128 (q = 0..3) are 64 contiguous bytes (no bank
+// conflicts; kTileN / 16 LDS.128 per step instead of kTileN / 8 LDS.64). It permutes within 16
+// rows, so one staged order serves every tile width.
+__host__ __device__ constexpr int64_t factor_slot(int64_t n) {
+  return (n & ~int64_t{15}) | ((n >> 1) & 3) << 2 | ((n >> 3) & 1) << 1 | (n & 1);
 }
 
 // One operand's staged form in the workspace (dispatch/workspace.h).
@@ -127,7 +127,7 @@ struct StagingJob {
   PackedOperand source;
   StagedOperand staged;
   uint32_t factor_shift;  // 0 for A, 2 for B: the 1/4 that undoes the doubling of both operands
-  bool permute_factors;   // B: in each 128 rows, in the order the consumers read them (below)
+  bool permute_factors;   // B: in the order the consumers read them (factor_slot)
   int64_t tasks;          // (row, chunk) pairs: padded_rows * chunks, 32 per CTA turn
 };
 
@@ -139,19 +139,24 @@ struct Control {
   uint64_t full[kStages], empty[kStages], conv_full[kConvStages], conv_empty[kConvStages];
 };
 
-// The GEMM kernel's shared memory. kHigh: the variant for tiles whose A rows have high blocks,
-// which also needs 64 zero A rows (the operand of the blocks a chain leaves out) and A's high
-// scale words beside each stage's factors. kConvert: a stage holds B's codes instead of its rows
-// (half the bytes), and the converters fold them into a shallower ring of B rows.
-template <bool kHigh, bool kConvert>
+// The GEMM kernel's shared memory for tiles kTileN wide. kHigh: the variant for tiles whose A rows
+// have high blocks, which also needs 64 zero A rows (the operand of the blocks a chain leaves out)
+// and A's high scale words beside each stage's factors. kConvert: a stage holds B's codes instead
+// of its rows (half the bytes), and the converters fold them into a shallower ring of B rows.
+// 192-wide tiles (40 KB a stage) keep 5 stages and no room for the generic exact tile code: their
+// tiles that do not fold always go to the bf16 family.
+template <bool kHigh, bool kConvert, int kTileN>
 struct Layout {
-  static constexpr int kStages = 6, kConvStages = kConvert ? 3 : 1;
-  static constexpr int kOperandBytes = kTileM * kStepK;  // 128 rows x 128 int8, swizzled
+  static_assert(kTileN == 128 || (kTileN == 192 && !kConvert));
+  static constexpr int kStages = kTileN == 128 ? 6 : 5, kConvStages = kConvert ? 3 : 1;
+  static constexpr bool kGenericTiles = !kConvert && kTileN == 128;
+  static constexpr int kABytes = kTileM * kStepK;        // A's 128 rows x 128 int8, swizzled
+  static constexpr int kBBytes = kTileN * kStepK;        // B's rows, the same
   static constexpr int kRawBytes = kTileN * kStepK / 2;  // B's codes of a step
   // A's rows, then B's rows (or kConvert its codes).
-  static constexpr int kStageBytes = kOperandBytes + (kConvert ? kRawBytes : kOperandBytes);
+  static constexpr int kStageBytes = kABytes + (kConvert ? kRawBytes : kBBytes);
   static constexpr int kConvOffset = kStages * kStageBytes;
-  static constexpr int kZeroOffset = kConvOffset + (kConvert ? kConvStages * kOperandBytes : 0);
+  static constexpr int kZeroOffset = kConvOffset + (kConvert ? kConvStages * kBBytes : 0);
   static constexpr int kZeroBytes = kHigh ? 64 * kStepK : 0;
   static constexpr int kFactorOffset = kZeroOffset + kZeroBytes;
   // Per stage: A's 128 factors (normal blocks), B's 128, then (kHigh) A's 128 high scale words,
@@ -161,15 +166,17 @@ struct Layout {
   static constexpr int kGenericOffset = kFactorOffset + kStages * kFactorFloats * 4;
   static constexpr int kControlOffset =
       kGenericOffset +
-      (kConvert ? 0 : static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16));
+      (kGenericTiles ? static_cast<int>((2 * sizeof(generic::TileSmem) + 15) / 16 * 16) : 0);
   static constexpr size_t kBytes = kControlOffset + sizeof(Control<kStages, kConvStages>);
   static constexpr uint32_t kStageTxBytes = kStageBytes + kFactorFloats * 4;
   static_assert(kStageBytes % wgmma::kSwizzleAtomBytes == 0);
   static_assert(kBytes <= 227 * 1024);
 };
-template <bool kHigh, bool kConvert>
-using ControlOf = Control<Layout<kHigh, kConvert>::kStages, Layout<kHigh, kConvert>::kConvStages>;
-constexpr int kAcc = kTileN / 2;  // accumulators per consumer thread and set
+template <bool kHigh, bool kConvert, int kTileN>
+using ControlOf =
+    Control<Layout<kHigh, kConvert, kTileN>::kStages, Layout<kHigh, kConvert, kTileN>::kConvStages>;
+template <int kTileN>
+inline constexpr int kAccOf = kTileN / 2;  // accumulators per consumer thread and set
 
 // ---- The staging pass ----------------------------------------------------------------------
 
@@ -452,7 +459,7 @@ __global__ void __launch_bounds__(256, 4)
     const int64_t row = row0 + lane;
     const int tile = chunk * kChunkTiles + warp;
     if (tile < s.k_tiles) {
-      const int64_t slot = job.permute_factors ? row / 128 * 128 + factor_slot(row % 128) : row;
+      const int64_t slot = job.permute_factors ? factor_slot(row) : row;
       s.factors[tile * s.padded_rows + slot] = out.factors[warp][lane];
       if (is_a) s.high_scales[tile * s.padded_rows + slot] = out.high_scales[warp][lane];
       if (s.shifts != nullptr) s.shifts[tile * s.padded_rows + row] = out.shifts[lane][warp];
@@ -468,11 +475,12 @@ __global__ void __launch_bounds__(256, 4)
 // the consumers have released its slot: A's 128 rows of the step and B's (staged rows, or kConvert
 // its codes: 128 rows x 64 bytes) by TMA, the factors (and B's shift words) by bulk copies, all
 // completing on the slot's full barrier.
-template <bool kHigh, bool kConvert>
+template <bool kHigh, bool kConvert, int kTileN>
 __device__ void produce_stages(const StagedOperand& a, const StagedOperand& b, int64_t m0,
                                int64_t n0, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                               uint8_t* smem, ControlOf<kHigh, kConvert>& ctl, uint32_t& use) {
-  using L = Layout<kHigh, kConvert>;
+                               uint8_t* smem, ControlOf<kHigh, kConvert, kTileN>& ctl,
+                               uint32_t& use) {
+  using L = Layout<kHigh, kConvert, kTileN>;
   for (int step = 0; step < a.k_tiles; ++step, ++use) {
     const uint32_t s = use % L::kStages;
     pipeline::wait(&ctl.empty[s], ((use / L::kStages) & 1) ^ 1);
@@ -481,12 +489,12 @@ __device__ void produce_stages(const StagedOperand& a, const StagedOperand& b, i
     pipeline::arrive_expect_tx(&ctl.full[s], L::kStageTxBytes);
     pipeline::tma_load_2d(stage, map_a, &ctl.full[s], kStepK * step, static_cast<int>(m0));
     if constexpr (kConvert) {
-      pipeline::tma_load_2d(stage + L::kOperandBytes, map_b, &ctl.full[s], kStepK / 2 * step,
+      pipeline::tma_load_2d(stage + L::kABytes, map_b, &ctl.full[s], kStepK / 2 * step,
                             static_cast<int>(n0));
       pipeline::bulk_load(factors + L::kShiftWords, b.shifts + step * b.padded_rows + n0,
                           kTileN * 4, &ctl.full[s]);
     } else {
-      pipeline::tma_load_2d(stage + L::kOperandBytes, map_b, &ctl.full[s], kStepK * step,
+      pipeline::tma_load_2d(stage + L::kABytes, map_b, &ctl.full[s], kStepK * step,
                             static_cast<int>(n0));
     }
     pipeline::bulk_load(factors, a.factors + step * a.padded_rows + m0, kTileM * 4, &ctl.full[s]);
@@ -503,20 +511,33 @@ __device__ __forceinline__ bool has_high_blocks(const StagedOperand& a, int64_t 
   return fold::FoldSummary::has_high(a.blocks[m0 / kTileM]);
 }
 
+// Which 128-column blocks of B that the tile at (m0, n0) overlaps fold with its A rows (bit i:
+// block n0 / 128 + i; a 192-wide tile overlaps up to two). The int8 kernel runs a tile where any
+// does and stores the columns of those that do; the bf16 launch after it takes the others (its
+// 128-wide tiles are skipped where every 128-column part folded), so each column is stored once.
+template <int kTileN>
+__device__ __forceinline__ uint32_t folded_parts(const fold::StagedVerdicts& verdicts,
+                                                 const GemmProblem& p, int64_t m0, int64_t n0) {
+  uint32_t parts = 0;
+  for (int64_t n = n0 / 128 * 128, i = 0; n < n0 + kTileN && n < p.n; n += 128, ++i)
+    if (verdicts.folds(m0, n)) parts |= 1u << i;
+  return parts;
+}
+
 // The producer (thread 0 of the first warpgroup; the others only hand their registers over): the
 // stages of each foldable tile of this variant.
-template <bool kHigh, bool kConvert>
+template <bool kHigh, bool kConvert, int kTileN>
 __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, const StagedOperand& b,
                               fold::StagedVerdicts verdicts, const CUtensorMap* map_a,
                               const CUtensorMap* map_b, uint8_t* smem,
-                              ControlOf<kHigh, kConvert>& ctl) {
+                              ControlOf<kHigh, kConvert, kTileN>& ctl) {
   if (threadIdx.x != 0) return;
   uint32_t use = 0;  // stages of foldable tiles so far: slot and phase of the ring
   for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
-    if (verdicts.folds(m0, n0) && has_high_blocks(a, m0) == kHigh)
-      produce_stages<kHigh, kConvert>(a, b, m0, n0, map_a, map_b, smem, ctl, use);
+    if (folded_parts<kTileN>(verdicts, p, m0, n0) != 0 && has_high_blocks(a, m0) == kHigh)
+      produce_stages<kHigh, kConvert, kTileN>(a, b, m0, n0, map_a, map_b, smem, ctl, use);
   }
 }
 
@@ -529,22 +550,23 @@ __device__ void produce_tiles(const GemmProblem& p, const StagedOperand& a, cons
 template <bool kHigh>
 __device__ void convert_tiles(const GemmProblem& p, const StagedOperand& a,
                               fold::StagedVerdicts verdicts, uint8_t* smem,
-                              ControlOf<kHigh, true>& ctl, int c) {
-  using L = Layout<kHigh, true>;
+                              ControlOf<kHigh, true, 128>& ctl, int c) {
+  constexpr int kTileN = 128;
+  using L = Layout<kHigh, true, kTileN>;
   const int block = c % 4;
   uint32_t use = 0;
   for (int tile = blockIdx.x; tile < persistent::tile_count<kTileM, kTileN>(p); tile += gridDim.x) {
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
-    if (!verdicts.folds(m0, n0) || has_high_blocks(a, m0) != kHigh) continue;
+    if (folded_parts<kTileN>(verdicts, p, m0, n0) == 0 || has_high_blocks(a, m0) != kHigh) continue;
     for (int step = 0; step < a.k_tiles; ++step, ++use) {
       const uint32_t s = use % L::kStages, slot = use % L::kConvStages;
       pipeline::wait(&ctl.full[s], (use / L::kStages) & 1);
       pipeline::wait(&ctl.conv_empty[slot], ((use / L::kConvStages) & 1) ^ 1);
-      const uint8_t* codes_of_step = smem + s * L::kStageBytes + L::kOperandBytes;
+      const uint8_t* codes_of_step = smem + s * L::kStageBytes + L::kABytes;
       const uint32_t* shifts = reinterpret_cast<const uint32_t*>(smem + L::kFactorOffset) +
                                s * L::kFactorFloats + L::kShiftWords;
-      uint8_t* rows = smem + L::kConvOffset + slot * L::kOperandBytes;
+      uint8_t* rows = smem + L::kConvOffset + slot * L::kBBytes;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = c / 4 + 64 * i;
@@ -567,13 +589,15 @@ __device__ void convert_tiles(const GemmProblem& p, const StagedOperand& a,
 // fp32's normal range), the add rounds once. The int32 -> fp32 conversion (exact: |sum| < 2^24)
 // is __int2float_rn, one I2FP.F32.S32 on sm_90 (not the quarter-rate I2F that
 // fold::TileSumScale and fold::small_int_to_float avoid): 3 instructions per accumulator.
-__device__ __forceinline__ void promote(float (&acc)[kAcc], const int32_t (&sum)[kAcc], float fa0,
-                                        float fa1, const float* b_factors) {
-  // B's factors of columns 8 j + 2 q + {0, 1}, j = 0..15: 32 consecutive floats (factor_slot).
-  const float4* fb4 = reinterpret_cast<const float4*>(b_factors + 32 * (threadIdx.x % 4));
+template <int kTileN>
+__device__ __forceinline__ void promote(float (&acc)[kAccOf<kTileN>],
+                                        const int32_t (&sum)[kAccOf<kTileN>], float fa0, float fa1,
+                                        const float* b_factors) {
+  // B's factors of columns 8 j + 2 q + {0, 1}, j = 2 jj, 2 jj + 1: one float4 (factor_slot).
+  const float4* fb4 = reinterpret_cast<const float4*>(b_factors + 4 * (threadIdx.x % 4));
 #pragma unroll
   for (int jj = 0; jj < kTileN / 16; ++jj) {
-    const float4 f = fb4[(jj + 2 * (threadIdx.x % 4)) % 8];
+    const float4 f = fb4[4 * jj];
     const float fb[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -586,14 +610,38 @@ __device__ __forceinline__ void promote(float (&acc)[kAcc], const int32_t (&sum)
   }
 }
 
+// A consumer thread's accumulators (wgmma's layout, wgmma.cuh) as kDtype pairs into D from
+// `index` (its first row and column pair): every pair inside D, D's pairs aligned.
+template <a4w4_dtype kDtype, int kAcc>
+__device__ __forceinline__ void store_tile_pairs(void* d, int64_t index, int64_t stride,
+                                                 const float (&acc)[kAcc]) {
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+    store_pair_as<kDtype>(d, index + 8 * j, acc[4 * j], acc[4 * j + 1]);
+    store_pair_as<kDtype>(d, index + 8 * stride + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
+// One k32 MMA of the tile width over a consumer warpgroup's 64 rows (4 per 128-K step).
+template <int kTileN>
+__device__ __forceinline__ void mma(int32_t (&sums)[kAccOf<kTileN>], uint64_t a, uint64_t b,
+                                    bool accumulate) {
+  if constexpr (kTileN == 128) {
+    wgmma::mma_s8_m64n128k32(sums, a, b, accumulate);
+  } else {
+    wgmma::mma_s8_m64n192k32(sums, a, b, accumulate);
+  }
+}
+
 // A consumer warpgroup (wg = 0, 1: rows m0 + 64 wg of the tile). Tiles that do not fold are left
 // to the bf16 family's launch that follows (exact_here false) or run the generic exact tile code
 // (never with kConvert, which the bf16 family always follows).
-template <bool kHigh, bool kConvert>
+template <bool kHigh, bool kConvert, int kTileN>
 __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, const StagedOperand& b,
                               fold::StagedVerdicts verdicts, bool exact_here, uint8_t* smem,
-                              ControlOf<kHigh, kConvert>& ctl, int wg) {
-  using L = Layout<kHigh, kConvert>;
+                              ControlOf<kHigh, kConvert, kTileN>& ctl, int wg) {
+  using L = Layout<kHigh, kConvert, kTileN>;
+  constexpr int kAcc = kAccOf<kTileN>;
   constexpr int kStages = L::kStages;
   const int thread = threadIdx.x % kWarpgroup;
   constexpr int kConvStages = L::kConvStages;
@@ -614,8 +662,8 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
   };
   const auto b_descriptor = [&](uint32_t u) {
     return wgmma::descriptor(
-        wgmma::shared_address(kConvert ? smem + L::kConvOffset + u % kConvStages * L::kOperandBytes
-                                       : smem + u % kStages * L::kStageBytes + L::kOperandBytes));
+        wgmma::shared_address(kConvert ? smem + L::kConvOffset + u % kConvStages * L::kBBytes
+                                       : smem + u % kStages * L::kStageBytes + L::kABytes));
   };
   const float* all_factors = reinterpret_cast<const float*>(smem + L::kFactorOffset);
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
@@ -627,9 +675,10 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     int64_t m0, n0;
     persistent::tile_origin<kTileM, kTileN, kGroupM>(p, tile, m0, n0);
     const int64_t rows0 = m0 + 64 * wg;
-    if (!verdicts.folds(m0, n0)) {
+    const uint32_t parts = folded_parts<kTileN>(verdicts, p, m0, n0);
+    if (parts == 0) {
       // The tiles that do not fold: here in the plain variant only.
-      if constexpr (!kHigh && !kConvert) {
+      if constexpr (!kHigh && L::kGenericTiles) {
         if (exact_here)
           persistent::exact_rows<kTileN>(
               p, rows0, n0, thread, reinterpret_cast<generic::TileSmem*>(smem + L::kGenericOffset),
@@ -645,9 +694,14 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     // base (factors constant over it), the int32 sums run on over the chunk's steps and are
     // promoted once (|sum| <= 1024 * 96 * 96 < 2^24: still exact as fp32); elsewhere per step.
     // (Pointers and descriptors below are recomputed where used: registers are short.)
+    // A 192-wide tile overlaps two 128-row blocks of B (B's padded rows, a multiple of 384, hold
+    // the second's words at the last tile too).
     const auto chunk_uniform = [&](int chunk) {
-      return __ldg(a.chunk_uniform + m0 / kTileM * a.chunks + chunk) &
-             __ldg(b.chunk_uniform + n0 / kTileN * b.chunks + chunk);
+      uint32_t uniform = __ldg(a.chunk_uniform + m0 / kTileM * a.chunks + chunk);
+#pragma unroll
+      for (int i = 0; i < (kTileN == 128 ? 1 : 2); ++i)
+        uniform &= __ldg(b.chunk_uniform + (n0 / 128 + i) * b.chunks + chunk);
+      return uniform;
     };
     uint32_t uniform_next = chunk_uniform(0);
     // A's high-block mask of this tile's rows at K tile `step`.
@@ -666,16 +720,15 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        wgmma::mma_s8_m64n128k32(
-            sums, (!kHigh || ((mask >> kk) & 1u) ? a_desc : zero_desc) + 32 * kk / 16,
-            b_desc + 32 * kk / 16, kk > 0 || carry);
+        mma<kTileN>(sums, (!kHigh || ((mask >> kk) & 1u) ? a_desc : zero_desc) + 32 * kk / 16,
+                    b_desc + 32 * kk / 16, kk > 0 || carry);
       wgmma::commit();
     };
     // Issues the one MMA of ring use u's block j (a chain of its own, from zero).
     const auto issue_block = [&](uint32_t u, int j) {
       const uint64_t a_desc = a_descriptor(u), b_desc = b_descriptor(u);
       wgmma::fence();
-      wgmma::mma_s8_m64n128k32(sums, a_desc + 2 * j, b_desc + 2 * j, false);
+      mma<kTileN>(sums, a_desc + 2 * j, b_desc + 2 * j, false);
       wgmma::commit();
     };
     const auto stage_factors = [&](uint32_t s) { return all_factors + s * L::kFactorFloats; };
@@ -701,7 +754,7 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
         wgmma::fence_operands(sums);
         const uint32_t last = use + kChunkTiles - 1;
         const float* f = stage_factors(last % kStages);
-        promote(acc, sums, f[acc_row], f[acc_row + 8], f + kTileM);
+        promote<kTileN>(acc, sums, f[acc_row], f[acc_row + 8], f + kTileM);
         release(last);
         step += kChunkTiles, use += kChunkTiles;
         continue;
@@ -719,7 +772,7 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
         wgmma::wait<0>();
         wgmma::fence_operands(sums);
         if (!uniform || step + 1 == chunk_end)
-          promote(acc, sums, f[acc_row], f[acc_row + 8], f + kTileM);
+          promote<kTileN>(acc, sums, f[acc_row], f[acc_row + 8], f + kTileM);
         if (kHigh && high != 0) {
           const uint32_t* scales = reinterpret_cast<const uint32_t*>(f + kTileM + kTileN);
           const uint32_t scales0 = scales[acc_row], scales1 = scales[acc_row + 8];
@@ -729,8 +782,8 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
             wgmma::wait<0>();
             wgmma::fence_operands(sums);
             // 2^(scale - 127): the scale byte into fp32's exponent field.
-            promote(acc, sums, __uint_as_float(((scales0 >> (8 * j)) & 0xFFu) << 23),
-                    __uint_as_float(((scales1 >> (8 * j)) & 0xFFu) << 23), f + kTileM);
+            promote<kTileN>(acc, sums, __uint_as_float(((scales0 >> (8 * j)) & 0xFFu) << 23),
+                            __uint_as_float(((scales1 >> (8 * j)) & 0xFFu) << 23), f + kTileM);
           }
         }
         release(use);  // its MMAs and factors are done
@@ -738,8 +791,23 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     }
 
     // D = acc, then alpha, beta C, bias and one rounding; without those, fp32 pairs rounded
-    // straight to D's dtype.
+    // straight to D's dtype. The common case (that, aligned pairs and every column of a tile
+    // inside D stored here) is one short run of code per dtype: with the checks and every
+    // dtype's conversion at each of the tile's store sites, the executed instructions of an
+    // epilogue were spread over ~150 KB of SASS (instruction-cache misses on every tile).
     const bool plain = plain_epilogue(p), aligned = pairs_aligned(p);
+    constexpr uint32_t kAllParts = kTileN == 128 ? 1u : 3u;
+    if (plain && aligned && rows0 + 64 <= p.m && n0 + kTileN <= p.n && parts == kAllParts) {
+      const int64_t index = (rows0 + 16 * warp + g) * p.d_stride + n0 + 2 * q;
+      if (p.d_dtype == A4W4_DTYPE_BF16) {
+        store_tile_pairs<A4W4_DTYPE_BF16>(p.d, index, p.d_stride, acc);
+      } else if (p.d_dtype == A4W4_DTYPE_F16) {
+        store_tile_pairs<A4W4_DTYPE_F16>(p.d, index, p.d_stride, acc);
+      } else {
+        store_tile_pairs<A4W4_DTYPE_F32>(p.d, index, p.d_stride, acc);
+      }
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < kTileN / 8; ++j)
 #pragma unroll
@@ -747,6 +815,8 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
         const int64_t m = rows0 + 16 * warp + g + 8 * h;
         const int64_t n = n0 + 8 * j + 2 * q;
         if (m >= p.m || n >= p.n) continue;
+        // Columns of a 128-column block that does not fold are the bf16 launch's.
+        if (kTileN != 128 && ((parts >> ((n0 % 128 + 8 * j) / 128)) & 1u) == 0) continue;
         const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
         if (plain) {
           store_pair(p, m, n, x, y, aligned);
@@ -761,15 +831,16 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
 // Two variants run one after the other: the plain one takes the foldable tiles whose A rows have
 // no high blocks (and, with exact_here, the tiles that do not fold), the kHigh one the others
 // (its CTAs return at once when A has none: the common case pays nothing for it). kConvert: B's
-// codes are converted in the kernel (cuda.int8_bconv_128x128) by two more warpgroups.
-template <bool kHigh, bool kConvert>
+// codes are converted in the kernel (cuda.int8_bconv_128x128) by two more warpgroups. kTileN: 128
+// or 192 (cuda.int8_128x192: 13% fewer shared-memory bytes per MAC, docs/cuda-backend.md).
+template <bool kHigh, bool kConvert, int kTileN>
 __global__ void __launch_bounds__(kThreads<kConvert>, 1)
     gemm_int8_kernel(const __grid_constant__ GemmProblem p, const __grid_constant__ StagedOperand a,
                      const __grid_constant__ StagedOperand b,
                      const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b, int exact_here) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using L = Layout<kHigh, kConvert>;
+  using L = Layout<kHigh, kConvert, kTileN>;
   if constexpr (kHigh) {
     // Return at once unless some 128-row block of A has high blocks (warp 0 looks).
     bool any = false;
@@ -781,7 +852,7 @@ __global__ void __launch_bounds__(kThreads<kConvert>, 1)
   }
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
                                                      // 1024-aligned
-  auto& ctl = *reinterpret_cast<ControlOf<kHigh, kConvert>*>(smem + L::kControlOffset);
+  auto& ctl = *reinterpret_cast<ControlOf<kHigh, kConvert, kTileN>*>(smem + L::kControlOffset);
   if (threadIdx.x == 0) {
     for (int i = 0; i < L::kStages; ++i) {
       pipeline::init(&ctl.full[i], 1);  // the producer's expect-tx arrival
@@ -806,10 +877,10 @@ __global__ void __launch_bounds__(kThreads<kConvert>, 1)
   const int role = static_cast<int>(threadIdx.x) / kWarpgroup;
   if (role == 0) {
     pipeline::shrink_registers<kProducerRegisters<kConvert>>();
-    produce_tiles<kHigh, kConvert>(p, a, b, verdicts, &map_a, &map_b, smem, ctl);
+    produce_tiles<kHigh, kConvert, kTileN>(p, a, b, verdicts, &map_a, &map_b, smem, ctl);
   } else if (role <= 2) {
     pipeline::grow_registers<kConsumerRegisters<kConvert>>();
-    consume_tiles<kHigh, kConvert>(p, a, b, verdicts, exact_here != 0, smem, ctl, role - 1);
+    consume_tiles<kHigh, kConvert, kTileN>(p, a, b, verdicts, exact_here != 0, smem, ctl, role - 1);
   } else if constexpr (kConvert) {
     pipeline::shrink_registers<kConverterRegisters>();
     convert_tiles<kHigh>(p, a, verdicts, smem, ctl, static_cast<int>(threadIdx.x) - 3 * kWarpgroup);
@@ -837,11 +908,12 @@ StagedOperand staged_operand(uint8_t* base, const StagedOperandLayout& l) {
                        static_cast<int>(l.chunks)};
 }
 
-// The folded int8 rows as a 2D tensor, loaded 128 rows x 128 bytes at a time, 128-byte swizzled.
-CUtensorMap staged_map(const StagedOperand& s) {
+// The folded int8 rows as a 2D tensor, loaded `box_rows` rows x 128 bytes at a time, 128-byte
+// swizzled.
+CUtensorMap staged_map(const StagedOperand& s, int box_rows) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(s.padded_k), static_cast<cuuint64_t>(s.rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(s.padded_k)};
-  const cuuint32_t box[2] = {kStepK, kTileM};
+  const cuuint32_t box[2] = {kStepK, static_cast<cuuint32_t>(box_rows)};
   return tma::tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, reinterpret_cast<uint8_t*>(s.values),
                          dims, strides, box, "cuda.int8 (staged)", CU_TENSOR_MAP_SWIZZLE_128B);
 }
@@ -861,6 +933,14 @@ std::string gemm_int8_why_not(const GemmProblem& p) {
   return {};
 }
 
+std::string gemm_int8_128x192_why_not(const GemmProblem& p) {
+  if (std::string why = gemm_int8_why_not(p); !why.empty()) return why;
+  // No room for the generic exact tile code beside its stages.
+  if (std::string why = gemm_bf16_why_not(p); !why.empty())
+    return why + " (the bf16 family takes the tiles that do not fold)";
+  return {};
+}
+
 std::string gemm_int8_bconv_why_not(const GemmProblem& p) {
   if (std::string why = gemm_int8_why_not(p); !why.empty()) return why;
   if (p.b.layout != A4W4_LAYOUT_PLAIN)
@@ -877,8 +957,9 @@ namespace {
 // and B's chunks; then the summaries), both GEMM variants, and the bf16 family over the tiles that
 // do not fold where it applies (exact, ~300 TFLOP/s), else the generic exact tile code inside the
 // plain variant (~30 TFLOP/s). kConvert: B is not staged (only its factors and shifts are); the
-// GEMM converts its codes.
-template <bool kConvert>
+// GEMM converts its codes. kTileN: the GEMM's tile width (128, or 192 where the bf16 family
+// applies).
+template <bool kConvert, int kTileN>
 void run_family(const GemmProblem& p) {
   DeviceGuard guard(p.device.ordinal);
   const auto stream = static_cast<cudaStream_t>(p.stream);
@@ -906,11 +987,11 @@ void run_family(const GemmProblem& p) {
   summarize_kernel<<<static_cast<unsigned>(row_blocks), 256, 0, stream>>>(a, b);
   check_launch("summarize_kernel");
 
-  const CUtensorMap map_a = staged_map(a);
+  const CUtensorMap map_a = staged_map(a, kTileM);
   // kConvert: B's codes, 128 rows x 64 bytes per K tile (rows and bytes past the end read as 0).
   const CUtensorMap map_b =
       kConvert ? tma::packed_map(p.b, p.n, p.k, kStepK / 2, kTileN, "cuda.int8_bconv")
-               : staged_map(b);
+               : staged_map(b, kTileN);
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
   const bool bf16_takes_the_rest = gemm_bf16_why_not(p).empty();
@@ -922,8 +1003,9 @@ void run_family(const GemmProblem& p) {
         p, a, b, map_a, map_b, bf16_takes_the_rest ? 0 : 1);
     check_launch(what);
   };
-  launch(gemm_int8_kernel<false, kConvert>, Layout<false, kConvert>::kBytes, "gemm_int8_kernel");
-  launch(gemm_int8_kernel<true, kConvert>, Layout<true, kConvert>::kBytes,
+  launch(gemm_int8_kernel<false, kConvert, kTileN>, Layout<false, kConvert, kTileN>::kBytes,
+         "gemm_int8_kernel");
+  launch(gemm_int8_kernel<true, kConvert, kTileN>, Layout<true, kConvert, kTileN>::kBytes,
          "gemm_int8_kernel (high blocks)");
   if (bf16_takes_the_rest) gemm_bf16_unfolded_tiles(p, fold::StagedVerdicts{a.blocks, b.blocks});
 }
@@ -931,11 +1013,15 @@ void run_family(const GemmProblem& p) {
 }  // namespace
 
 void gemm_int8_128x128(const GemmProblem& p, const ExecConfig&) {
-  run_family<false>(p);
+  run_family<false, 128>(p);
+}
+
+void gemm_int8_128x192(const GemmProblem& p, const ExecConfig&) {
+  run_family<false, 192>(p);
 }
 
 void gemm_int8_bconv_128x128(const GemmProblem& p, const ExecConfig&) {
-  run_family<true>(p);
+  run_family<true, 128>(p);
 }
 
 }  // namespace a4w4::cuda

@@ -74,17 +74,14 @@ __device__ __forceinline__ void fence_operands(float (&d)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// 64 accumulator operands d[O..O + 63] of a wgmma, with constraint C ("+f" or "+r").
+// 32 accumulator operands d[O..O + 31] of a wgmma, with constraint C ("+f" or "+r"), and 64.
 // clang-format off
-#define A4W4_WGMMA_ACC64(C, O) \
+#define A4W4_WGMMA_ACC32(C, O) \
   C(d[(O) + 0]), C(d[(O) + 1]), C(d[(O) + 2]), C(d[(O) + 3]), C(d[(O) + 4]), C(d[(O) + 5]), C(d[(O) + 6]), C(d[(O) + 7]), \
   C(d[(O) + 8]), C(d[(O) + 9]), C(d[(O) + 10]), C(d[(O) + 11]), C(d[(O) + 12]), C(d[(O) + 13]), C(d[(O) + 14]), C(d[(O) + 15]), \
   C(d[(O) + 16]), C(d[(O) + 17]), C(d[(O) + 18]), C(d[(O) + 19]), C(d[(O) + 20]), C(d[(O) + 21]), C(d[(O) + 22]), C(d[(O) + 23]), \
-  C(d[(O) + 24]), C(d[(O) + 25]), C(d[(O) + 26]), C(d[(O) + 27]), C(d[(O) + 28]), C(d[(O) + 29]), C(d[(O) + 30]), C(d[(O) + 31]), \
-  C(d[(O) + 32]), C(d[(O) + 33]), C(d[(O) + 34]), C(d[(O) + 35]), C(d[(O) + 36]), C(d[(O) + 37]), C(d[(O) + 38]), C(d[(O) + 39]), \
-  C(d[(O) + 40]), C(d[(O) + 41]), C(d[(O) + 42]), C(d[(O) + 43]), C(d[(O) + 44]), C(d[(O) + 45]), C(d[(O) + 46]), C(d[(O) + 47]), \
-  C(d[(O) + 48]), C(d[(O) + 49]), C(d[(O) + 50]), C(d[(O) + 51]), C(d[(O) + 52]), C(d[(O) + 53]), C(d[(O) + 54]), C(d[(O) + 55]), \
-  C(d[(O) + 56]), C(d[(O) + 57]), C(d[(O) + 58]), C(d[(O) + 59]), C(d[(O) + 60]), C(d[(O) + 61]), C(d[(O) + 62]), C(d[(O) + 63])
+  C(d[(O) + 24]), C(d[(O) + 25]), C(d[(O) + 26]), C(d[(O) + 27]), C(d[(O) + 28]), C(d[(O) + 29]), C(d[(O) + 30]), C(d[(O) + 31])
+#define A4W4_WGMMA_ACC64(C, O) A4W4_WGMMA_ACC32(C, O), A4W4_WGMMA_ACC32(C, (O) + 32)
 // clang-format on
 
 // D (64x8, fp32) (+)= A (64x16 bf16) * B (8x16 bf16)^T; accumulate = false starts from zero.
@@ -197,6 +194,27 @@ __device__ __forceinline__ void mma_s8_m64n128k32(int32_t (&d)[64], uint64_t a, 
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n}\n"
       : A4W4_WGMMA_ACC64("+r", 0)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
+// D (64x192, int32) (+)= A (64x32 s8) * B (192x32 s8)^T, exact: cuda.int8_128x192's MMA (24
+// column blocks j, as above).
+__device__ __forceinline__ void mma_s8_m64n192k32(int32_t (&d)[96], uint64_t a, uint64_t b,
+                                                  bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
+      "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "
+      "%28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
+      "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "
+      "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p;\n}\n"
+      : A4W4_WGMMA_ACC64("+r", 0), A4W4_WGMMA_ACC32("+r", 64)
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 #else
   (void)d, (void)a, (void)b, (void)accumulate;
