@@ -962,6 +962,13 @@ void CudaBackend::run_int8_family(const char* kernel) {
       {520, 700, 2336, A4W4_DTYPE_F16, true, true, kFoldDriftScales, true, 0, kernel, 0},
       {300, 260, 4096, A4W4_DTYPE_F32, false, false, kFoldPeakScales, true, 0, kernel, 0},
       {1000, 456, 1056, A4W4_DTYPE_BF16, true, false, kFoldOutlierScales, true, 0, kernel, 0},
+      // The same paths at K % 64 == 0, which every kernel of the family takes: promotion per K
+      // tile and per chunk mixed with a partial last chunk (K = 2304: 18 tiles), high blocks, a
+      // partial last K tile (1088), 192-wide tiles over two of B's 128-row blocks (N = 700, 456).
+      {520, 700, 2304, A4W4_DTYPE_F32, false, true, kFoldDriftScales, false, 0, kernel, 0},
+      {520, 700, 2304, A4W4_DTYPE_BF16, true, false, kFoldOutlierScales, true, 0, kernel, 0},
+      {1000, 456, 1088, A4W4_DTYPE_F16, true, true, kFoldDriftScales, true, 0, kernel, 0},
+      {257, 456, 1088, A4W4_DTYPE_F32, false, false, kFoldOutlierScales, false, 0, kernel, 32},
   };
   for (const GemmCase& c : large) {
     if (!applies(c)) continue;
