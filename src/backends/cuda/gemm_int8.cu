@@ -1,5 +1,6 @@
-// The int8 tensor-core family for large M, exact mode (cuda.int8_128x128, cuda.int8_bconv_128x128):
-// a staging pass, then a persistent, warp-specialised sm_90a GEMM on int8 operands.
+// The int8 tensor-core family for large M, exact mode (cuda.int8_128x128, cuda.int8_128x192,
+// cuda.int8_bconv_128x128): a staging pass, then a persistent, warp-specialised sm_90a GEMM on int8
+// operands.
 // docs/cuda-backend.md has the exactness argument and the measured rate.
 //
 // int8 wgmma sums exactly in int32 (docs/cuda-backend.md, "What Hopper's wgmma accumulation
@@ -28,11 +29,13 @@
 // - summarize_kernel: the summaries per 128 rows (and whether A's rows have high blocks), and per
 //   (128 rows, chunk) whether every row folded the chunk to one base with no high blocks.
 // - gemm_int8_kernel, two variants (the second only for tiles whose A rows have high blocks): one
-//   CTA per SM loops over 128 x 128 tiles of D whose verdict holds (every (row, K tile) folds,
-//   fp32's range holds); the producer thread fills a ring of stages by TMA (A's and B's 128 rows x
-//   128 int8, 128-byte swizzled) and bulk copies (the step's factors); two consumer warpgroups (64
-//   rows each) issue 4 wgmma m64n128k32 s8.s8 -> s32 per step, promote and release the stage; while
-//   one promotes, the other's MMAs keep the tensor cores busy.
+//   CTA per SM loops over 128 x 128 (or 128 x 192) tiles of D whose verdict holds (every (row, K
+//   tile) folds, fp32's range holds; a 192-wide tile: for the 128-column blocks of B it overlaps
+//   that fold, folded_parts); the producer thread fills a ring of stages by TMA (A's 128 and B's
+//   128 or 192 rows x 128 int8, 128-byte swizzled) and bulk copies (the step's factors); two
+//   consumer warpgroups (64 rows each) issue 4 wgmma m64n128k32 (m64n192k32) s8.s8 -> s32 per step,
+//   promote and release the stage; while one promotes, the other's MMAs keep the tensor cores
+//   busy.
 // cuda.int8_bconv_128x128 (kConvert) stages A and only B's factors and shifts: a stage brings B's
 // codes (128 rows x 64 bytes), and two converter warpgroups fold them into a ring of B rows, so no
 // pass writes and reads B as int8 (the larger part of the staging at small M). Its converters bound
