@@ -180,6 +180,10 @@ using ControlOf =
     Control<Layout<kHigh, kConvert, kTileN>::kStages, Layout<kHigh, kConvert, kTileN>::kConvStages>;
 template <int kTileN>
 inline constexpr int kAccOf = kTileN / 2;  // accumulators per consumer thread and set
+// B's 128-row blocks that a tile overlaps: one, or two for a 192-wide tile (at n0 = 192 t it spans
+// blocks 3 t / 2 and 3 t / 2 + 1).
+template <int kTileN>
+inline constexpr int kBlocksOf = kTileN == 128 ? 1 : 2;
 
 // ---- The staging pass ----------------------------------------------------------------------
 
@@ -702,7 +706,7 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     const auto chunk_uniform = [&](int chunk) {
       uint32_t uniform = __ldg(a.chunk_uniform + m0 / kTileM * a.chunks + chunk);
 #pragma unroll
-      for (int i = 0; i < (kTileN == 128 ? 1 : 2); ++i)
+      for (int i = 0; i < kBlocksOf<kTileN>; ++i)
         uniform &= __ldg(b.chunk_uniform + (n0 / 128 + i) * b.chunks + chunk);
       return uniform;
     };
@@ -799,7 +803,7 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     // dtype's conversion at each of the tile's store sites, the executed instructions of an
     // epilogue were spread over ~150 KB of SASS (instruction-cache misses on every tile).
     const bool plain = plain_epilogue(p), aligned = pairs_aligned(p);
-    constexpr uint32_t kAllParts = kTileN == 128 ? 1u : 3u;
+    constexpr uint32_t kAllParts = (1u << kBlocksOf<kTileN>)-1;
     if (plain && aligned && rows0 + 64 <= p.m && n0 + kTileN <= p.n && parts == kAllParts) {
       const int64_t index = (rows0 + 16 * warp + g) * p.d_stride + n0 + 2 * q;
       if (p.d_dtype == A4W4_DTYPE_BF16) {
@@ -936,22 +940,26 @@ std::string gemm_int8_why_not(const GemmProblem& p) {
   return {};
 }
 
-std::string gemm_int8_128x192_why_not(const GemmProblem& p) {
-  if (std::string why = gemm_int8_why_not(p); !why.empty()) return why;
-  // No room for the generic exact tile code beside its stages.
+namespace {
+// The kernels of the family without the generic exact tile code (no room beside their stages, or
+// their converters) leave every tile that does not fold to the bf16 family, which must take p.
+std::string bf16_takes_unfolded_why_not(const GemmProblem& p) {
   if (std::string why = gemm_bf16_why_not(p); !why.empty())
     return why + " (the bf16 family takes the tiles that do not fold)";
   return {};
+}
+}  // namespace
+
+std::string gemm_int8_128x192_why_not(const GemmProblem& p) {
+  if (std::string why = gemm_int8_why_not(p); !why.empty()) return why;
+  return bf16_takes_unfolded_why_not(p);
 }
 
 std::string gemm_int8_bconv_why_not(const GemmProblem& p) {
   if (std::string why = gemm_int8_why_not(p); !why.empty()) return why;
   if (p.b.layout != A4W4_LAYOUT_PLAIN)
     return "B must be plain (cuda.int8_128x128 stages a prepared B)";
-  // Its tiles that do not fold always go to the bf16 family.
-  if (std::string why = gemm_bf16_why_not(p); !why.empty())
-    return why + " (the bf16 family takes the tiles that do not fold)";
-  return {};
+  return bf16_takes_unfolded_why_not(p);
 }
 
 namespace {
