@@ -187,30 +187,31 @@ inline constexpr int kBlocksOf = kTileN == 128 ? 1 : 2;
 
 // ---- The staging pass ----------------------------------------------------------------------
 
+// 16 elements of a block (8 packed bytes, element i in nibble i) folded by the block's tables:
+// their 16 int8.
+__device__ __forceinline__ uint4 fold_half_block(uint2 codes, const fold::BlockTables& t) {
+  const uint2 x = fold::to_s8x8(codes.x, t), y = fold::to_s8x8(codes.y, t);
+  return make_uint4(x.x, x.y, y.x, y.y);
+}
+
 // One 32-element block (16 packed bytes) folded with shift d: its 32 int8, elements 0..15 in lo.
 __device__ __forceinline__ void fold_block(uint4 codes, uint32_t shift, uint4& lo, uint4& hi) {
   const fold::BlockTables t = fold::block_tables(shift);
-  const uint2 x = fold::to_s8x8(codes.x, t), y = fold::to_s8x8(codes.y, t);
-  const uint2 z = fold::to_s8x8(codes.z, t), w = fold::to_s8x8(codes.w, t);
-  lo = make_uint4(x.x, x.y, y.x, y.y);
-  hi = make_uint4(z.x, z.y, w.x, w.y);
+  lo = fold_half_block(make_uint2(codes.x, codes.y), t);
+  hi = fold_half_block(make_uint2(codes.z, codes.w), t);
 }
 
-// Writes one block folded with shift d as 32 int8 to `out`.
-__device__ __forceinline__ void store_block(uint4 codes, uint32_t shift, int8_t* out) {
-  fold_block(codes, shift, reinterpret_cast<uint4*>(out)[0], reinterpret_cast<uint4*>(out)[1]);
-}
-
-// Block `block` of row `row` of op (plain, or a prepared B of version 2, whose tiles hold each
-// row's blocks in plain order): its 16 bytes of codes (element i in nibble i).
-__device__ __forceinline__ uint4 block_codes(const PackedOperand& op, int64_t row, int block,
-                                             int blocks) {
+// Half `half` (elements 16 half .. 16 half + 15) of block `block` of row `row` of op (plain, or a
+// prepared B of version 2, whose tiles hold each row's blocks in plain order): its 8 bytes of
+// codes.
+__device__ __forceinline__ uint2 half_block_codes(const PackedOperand& op, int64_t row, int block,
+                                                  int half, int blocks) {
   const int64_t offset =
       op.layout == A4W4_LAYOUT_PLAIN
           ? row * op.stride_bytes + 16 * block
           : layout::row_run_offset(row, block / layout::kTileBlocks, (blocks + 3) / 4) +
                 16 * (block % layout::kTileBlocks);
-  return __ldg(reinterpret_cast<const uint4*>(op.data + offset));
+  return __ldg(reinterpret_cast<const uint2*>(op.data + offset) + half);
 }
 
 // x combined by op over the 8 lanes of a lane's group (one row's K tiles of a chunk in
@@ -271,8 +272,12 @@ __device__ __forceinline__ uint32_t tile_scales(const PackedOperand& op, int64_t
 // row) the factor, the high scale word and the shifts (the values' pass reads them), per row the
 // summary; then they leave in coalesced stores.
 struct ChunkOut {
-  float factors[kChunkTiles][32];
-  uint32_t high_scales[kChunkTiles][32];
+  // Rows of 36 words: thread 8 r + t writes word 36 t + r, so a warp's 4 rows x 8 tiles land in
+  // 32 different banks (rows of 32 put them in 4).
+  static constexpr int kRow = 32 + 32 / kChunkTiles;
+  static_assert(kChunkTiles * (kRow - 32) == 32);
+  float factors[kChunkTiles][kRow];
+  uint32_t high_scales[kChunkTiles][kRow];
   uint32_t shifts[32][kChunkTiles];
   uint32_t summaries[32];
 };
@@ -417,11 +422,14 @@ __global__ void __launch_bounds__(256)
 }
 
 // A CTA stages 32 rows x one chunk at a time. Its warps first load the codes (warp w the rows
-// 4 w .. 4 w + 3, lane = block of the chunk: coalesced 16-byte loads, all in flight together),
-// then fold the scales, thread 8 r + t taking row r's K tile t (fold_tile: a few dozen
-// instructions per tile, where a warp per row spent as many per block), then convert the codes
-// with the shifts left in shared memory (32-byte stores); the factors, high scale words and
-// summaries leave in coalesced stores (one 128-byte row of factors per K tile).
+// 4 w .. 4 w + 3, each as two runs of 16 blocks, lane l the half l % 2 of block l / 2 of a run:
+// coalesced 8-byte loads, all in flight together), then fold the scales, thread 8 r + t taking
+// row r's K tile t (fold_tile: a few dozen instructions per tile, where a warp per row spent as
+// many per block), then convert the codes with the shifts left in shared memory: a half block
+// becomes 16 int8, so each store of a warp writes 512 contiguous bytes (whole 32-byte sectors;
+// a lane per block wrote half sectors, and the stores had bound the pass at L2). The factors,
+// high scale words and summaries leave in coalesced stores (one 128-byte row of factors per K
+// tile).
 __global__ void __launch_bounds__(256, 4)
     stage_kernel(const __grid_constant__ StagingJob a, const __grid_constant__ StagingJob b,
                  int blocks) {
@@ -429,6 +437,7 @@ __global__ void __launch_bounds__(256, 4)
   static_assert(kRowsPerWarp * 8 == 32, "8 warps of 256 threads take the group's 32 rows");
   __shared__ ChunkOut out;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int half = lane % 2;
   const int64_t groups_a = a.tasks / 32, groups = groups_a + b.tasks / 32;
   for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
     const bool is_a = group < groups_a;
@@ -437,14 +446,17 @@ __global__ void __launch_bounds__(256, 4)
     const int64_t first = (is_a ? group : group - groups_a) * 32;  // its first task
     const int64_t row0 = first % s.padded_rows;
     const int chunk = static_cast<int>(first / s.padded_rows);
-    const int block = chunk * 32 + lane;
-    uint4 codes[kRowsPerWarp];
+    uint2 codes[kRowsPerWarp][2];  // [row][run]
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int64_t row = row0 + kRowsPerWarp * warp + i;
-      codes[i] = s.values != nullptr && row < s.rows && block < blocks
-                     ? block_codes(job.source, row, block, blocks)
-                     : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int run = 0; run < 2; ++run) {
+        const int block = chunk * 32 + 16 * run + lane / 2;
+        codes[i][run] = s.values != nullptr && row < s.rows && block < blocks
+                            ? half_block_codes(job.source, row, block, half, blocks)
+                            : make_uint2(0, 0);
+      }
     }
     const int r = static_cast<int>(threadIdx.x) / 8, t = static_cast<int>(threadIdx.x) % 8;
     if (is_a) {
@@ -453,13 +465,21 @@ __global__ void __launch_bounds__(256, 4)
       fold_tile<false>(b, row0 + r, chunk, t, r, blocks, out);
     }
     __syncthreads();
-    if (s.values != nullptr && block / 4 < s.k_tiles) {
+    if (s.values != nullptr) {
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int rr = kRowsPerWarp * warp + i;
         if (row0 + rr >= s.rows) continue;  // padding rows are never read (TMA zero-fills them)
-        const uint32_t shift = (out.shifts[rr][lane / 4] >> (8 * (lane % 4))) & 0xFFu;
-        store_block(codes[i], shift, s.values + (row0 + rr) * s.padded_k + int64_t{block} * 32);
+#pragma unroll
+        for (int run = 0; run < 2; ++run) {
+          const int block_of_chunk = 16 * run + lane / 2, block = chunk * 32 + block_of_chunk;
+          if (block / 4 >= s.k_tiles) continue;
+          const uint32_t shift =
+              (out.shifts[rr][block_of_chunk / 4] >> (8 * (block_of_chunk % 4))) & 0xFFu;
+          const uint4 folded = fold_half_block(codes[i][run], fold::block_tables(shift));
+          *reinterpret_cast<uint4*>(s.values + (row0 + rr) * s.padded_k + int64_t{block} * 32 +
+                                    16 * half) = folded;
+        }
       }
     }
     // Thread (t, r): K tile t of the chunk, row r of the 32.
