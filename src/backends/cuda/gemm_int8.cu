@@ -22,8 +22,8 @@
 // caller's workspace (a4w4_context_set_workspace; layout in dispatch/workspace.h):
 // - high_blocks_kernel: A's high-block masks per (128 rows, K tile).
 // - stage_kernel: a CTA takes 32 rows x one chunk of A or B (a thread per (row, K tile) folds the
-//   scales, then a warp per row converts the codes, lane = block), writes each block folded as 32
-//   int8, per (K tile, row) its factor 2^(base - 127) (A) or 2^(base - 129) (B)
+//   scales, then a warp per row converts the codes, a lane per half block), writes each block
+//   folded as 32 int8, per (K tile, row) its factor 2^(base - 127) (A) or 2^(base - 129) (B)
 //   and A's high scales in [tile][row] order (one bulk copy per step later), and a summary per
 //   (chunk, row): any tile not folding, one base or not, smallest and largest base.
 // - summarize_kernel: the summaries per 128 rows (and whether A's rows have high blocks), and per
