@@ -929,6 +929,11 @@ void CudaBackend::run_int8_family(const char* kernel) {
   const GemmCase large[] = {
       // N below the tile (TMA boxes past the end of B), K = 32 beside it.
       {70, 17, 128, A4W4_DTYPE_F32, false, false, kFoldScales, false, 0, kernel, 0},
+      // 16-bit D without C or bias: whole tiles in 16-byte stores (the quad's lanes exchange
+      // their pairs); D's rows 16-byte aligned, or not (N = 130 + 32 padding: the general loop).
+      {257, 456, 256, A4W4_DTYPE_F16, false, false, kFoldScales, false, 0, kernel, 0},
+      {257, 456, 256, A4W4_DTYPE_BF16, false, false, kFoldScales, true, 0, kernel, 0},
+      {257, 130, 256, A4W4_DTYPE_BF16, false, false, kFoldScales, false, 0, kernel, 32},
       {65, 72, 32, A4W4_DTYPE_F32, true, true, kFoldScales, false, 0, kernel, 0},
       {1000, 2300, 1024, A4W4_DTYPE_BF16, true, true, kFoldMixedScales, false, 0, kernel, 0},
       {2304, 2056, 256, A4W4_DTYPE_F32, false, true, kFoldScales, false, 0, kernel, 0},

@@ -347,24 +347,32 @@ __device__ __forceinline__ bool pairs_aligned(const GemmProblem& p) {
 
 // x and y as one 2-element store of kDtype at `index` of d, each rounded once from fp32 (NaN
 // canonical): store_pair's aligned case, for epilogues that choose D's dtype once per tile.
+// x and y rounded once to a 16-bit kDtype (NaN canonical), x in the low half.
+template <a4w4_dtype kDtype>
+__device__ __forceinline__ uint32_t packed_pair(float x, float y) {
+  static_assert(kDtype == A4W4_DTYPE_BF16 || kDtype == A4W4_DTYPE_F16);
+  if constexpr (kDtype == A4W4_DTYPE_BF16) {
+    const uint32_t lo =
+        isnan(x) ? numerics::kCanonicalNanBf16 : __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    const uint32_t hi =
+        isnan(y) ? numerics::kCanonicalNanBf16 : __bfloat16_as_ushort(__float2bfloat16_rn(y));
+    return lo | hi << 16;
+  } else {
+    const uint32_t lo =
+        isnan(x) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(x));
+    const uint32_t hi =
+        isnan(y) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(y));
+    return lo | hi << 16;
+  }
+}
 template <a4w4_dtype kDtype>
 __device__ __forceinline__ void store_pair_as(void* d, int64_t index, float x, float y) {
   if constexpr (kDtype == A4W4_DTYPE_F32) {
     *reinterpret_cast<uint2*>(static_cast<float*>(d) + index) =
         make_uint2(isnan(x) ? numerics::kCanonicalNanF32 : __float_as_uint(x),
                    isnan(y) ? numerics::kCanonicalNanF32 : __float_as_uint(y));
-  } else if constexpr (kDtype == A4W4_DTYPE_BF16) {
-    const uint32_t lo =
-        isnan(x) ? numerics::kCanonicalNanBf16 : __bfloat16_as_ushort(__float2bfloat16_rn(x));
-    const uint32_t hi =
-        isnan(y) ? numerics::kCanonicalNanBf16 : __bfloat16_as_ushort(__float2bfloat16_rn(y));
-    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(d) + index) = lo | hi << 16;
   } else {
-    const uint32_t lo =
-        isnan(x) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(x));
-    const uint32_t hi =
-        isnan(y) ? numerics::kCanonicalNanFp16 : __half_as_ushort(__float2half_rn(y));
-    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(d) + index) = lo | hi << 16;
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(d) + index) = packed_pair<kDtype>(x, y);
   }
 }
 

@@ -649,6 +649,46 @@ __device__ __forceinline__ void store_tile_pairs(void* d, int64_t index, int64_t
   }
 }
 
+// The same into a 16-bit D from `index` (its first row, the tile's first column), D's rows
+// 16-byte aligned (vectors_aligned): per four column blocks of 8 the quad's lanes exchange their
+// pairs (a 4 x 4 transpose in two rounds of shuffles: lane i's word k ends as lane k's word i),
+// so that each lane holds 8 adjacent columns of one block and stores them at once. A warp store
+// then writes 64 contiguous bytes of each of 8 rows where a pair store wrote 16 (half sectors,
+// four times as many stores: the family's epilogue stalled on the store queue).
+template <a4w4_dtype kDtype, int kAcc>
+__device__ __forceinline__ void store_tile_vectors(void* d, int64_t index, int64_t stride,
+                                                   const float (&acc)[kAcc]) {
+  const int q = threadIdx.x % 4;
+  const bool odd = (q & 1) != 0, upper = (q & 2) != 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int group = 0; group < kAcc / 16; ++group) {
+      uint32_t v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = 4 * group + i;
+        v[i] = packed_pair<kDtype>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      }
+      // Round 1 with lane q ^ 1: the words whose index differs from q in bit 0; round 2 with
+      // lane q ^ 2 in bit 1.
+      uint32_t r0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[0] : v[1], 1);
+      uint32_t r1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? v[2] : v[3], 1);
+      if (odd)
+        v[0] = r0, v[2] = r1;
+      else
+        v[1] = r0, v[3] = r1;
+      r0 = __shfl_xor_sync(0xFFFFFFFFu, upper ? v[0] : v[2], 2);
+      r1 = __shfl_xor_sync(0xFFFFFFFFu, upper ? v[1] : v[3], 2);
+      if (upper)
+        v[0] = r0, v[1] = r1;
+      else
+        v[2] = r0, v[3] = r1;
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(d) + index + 8 * stride * h +
+                                8 * (4 * group + q)) = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+}
+
 // One k32 MMA of the tile width over a consumer warpgroup's 64 rows (4 per 128-K step).
 template <int kTileN>
 __device__ __forceinline__ void mma(int32_t (&sums)[kAccOf<kTileN>], uint64_t a, uint64_t b,
@@ -822,16 +862,18 @@ __device__ void consume_tiles(const GemmProblem& p, const StagedOperand& a, cons
     // inside D stored here) is one short run of code per dtype: with the checks and every
     // dtype's conversion at each of the tile's store sites, the executed instructions of an
     // epilogue were spread over ~150 KB of SASS (instruction-cache misses on every tile).
+    // (A 16-bit D whose rows are not 16-byte aligned takes the general loop.)
     const bool plain = plain_epilogue(p), aligned = pairs_aligned(p);
     constexpr uint32_t kAllParts = (1u << kBlocksOf<kTileN>)-1;
-    if (plain && aligned && rows0 + 64 <= p.m && n0 + kTileN <= p.n && parts == kAllParts) {
-      const int64_t index = (rows0 + 16 * warp + g) * p.d_stride + n0 + 2 * q;
+    if (plain && (p.d_dtype == A4W4_DTYPE_F32 ? aligned : vectors_aligned(p)) &&
+        rows0 + 64 <= p.m && n0 + kTileN <= p.n && parts == kAllParts) {
+      const int64_t index = (rows0 + 16 * warp + g) * p.d_stride + n0;
       if (p.d_dtype == A4W4_DTYPE_BF16) {
-        store_tile_pairs<A4W4_DTYPE_BF16>(p.d, index, p.d_stride, acc);
+        store_tile_vectors<A4W4_DTYPE_BF16>(p.d, index, p.d_stride, acc);
       } else if (p.d_dtype == A4W4_DTYPE_F16) {
-        store_tile_pairs<A4W4_DTYPE_F16>(p.d, index, p.d_stride, acc);
+        store_tile_vectors<A4W4_DTYPE_F16>(p.d, index, p.d_stride, acc);
       } else {
-        store_tile_pairs<A4W4_DTYPE_F32>(p.d, index, p.d_stride, acc);
+        store_tile_pairs<A4W4_DTYPE_F32>(p.d, index + 2 * q, p.d_stride, acc);
       }
       continue;
     }
