@@ -1630,6 +1630,72 @@ TEST_F(CudaBackend, EarlyLaunchedStagingWaitsForTheCallBefore) {
   cudaStreamDestroy(stream);
 }
 
+TEST_F(CudaBackend, Int8CallThenEarlyLaunchedSkinnyBackToBack) {
+  // The int8 family's high-block variant and its bf16 launch over unfolded tiles are launched
+  // early (each a programmatic dependent of the launch before it) and, with typical data, return
+  // at once after waiting for the launch before them. The next call here is cuda.skinny, whose
+  // staging kernel is launched early too and waits only for the grid before it (the bf16 launch),
+  // then overwrites the workspace the int8 GEMM (two waves of tiles) read its staged operands
+  // from. Back to back against the same calls synchronized, for both tile widths. (On an H100 this
+  // also passed with those two waits taken out: the early grids become resident only as the
+  // GEMM's CTAs leave their SMs, so the window the waits close is short; the programming model
+  // requires them all the same.)
+  const a4w4_device gpu = a4w4_cuda(0);
+  const int64_t m = 1024, n = 4096, k = 4096, m2 = 64, n2 = 8192;
+  const DeviceOperand a1(random_packed(rng_, m, k, 0, kFoldScales, 0));
+  const DeviceOperand a2(random_packed(rng_, m2, k, 0, kFoldScales, 0));
+  const DeviceOperand b1(random_packed(rng_, n, k, 0, kFoldScales, 0));
+  const DeviceOperand b2(random_packed(rng_, n2, k, 0, kFoldScales, 0));
+  DeviceBuffer d1(m * n * 2), d2(m2 * n2 * 2);
+  size_t bytes = 0, bytes2 = 0;
+  ASSERT_EQ(a4w4_gemm_workspace_size(m, n, k, &bytes), A4W4_SUCCESS);
+  ASSERT_EQ(a4w4_gemm_workspace_size(m2, n2, k, &bytes2), A4W4_SUCCESS);
+  DeviceBuffer workspace(std::max(bytes, bytes2));
+  ASSERT_EQ(a4w4_context_set_workspace(ctx_, gpu, workspace.get(), std::max(bytes, bytes2)),
+            A4W4_SUCCESS);
+  const a4w4_tensor td1 = tensor(d1.get(), A4W4_DTYPE_BF16, m, n, n, gpu);
+  const a4w4_tensor td2 = tensor(d2.get(), A4W4_DTYPE_BF16, m2, n2, n2, gpu);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  a4w4_gemm_options skinny;
+  a4w4_gemm_options_init(&skinny);
+  skinny.kernel = "cuda.skinny";
+  for (const char* kernel : {"cuda.int8_128x128", "cuda.int8_128x192"}) {
+    SCOPED_TRACE(kernel);
+    a4w4_gemm_options options;
+    a4w4_gemm_options_init(&options);
+    options.kernel = kernel;
+    const auto calls = [&](bool synchronize) {
+      ASSERT_EQ(a4w4_gemm(ctx_, &a1.values, &a1.scale, &b1.values, &b1.scale, nullptr, nullptr,
+                          &td1, &options, stream),
+                A4W4_SUCCESS)
+          << a4w4_last_error_message();
+      if (synchronize) {
+        CUDA_OK(cudaStreamSynchronize(stream));
+      }
+      ASSERT_EQ(a4w4_gemm(ctx_, &a2.values, &a2.scale, &b2.values, &b2.scale, nullptr, nullptr,
+                          &td2, &skinny, stream),
+                A4W4_SUCCESS)
+          << a4w4_last_error_message();
+    };
+    calls(true);
+    if (HasFatalFailure()) break;
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<uint16_t> expected1 = d1.download<uint16_t>(m * n);
+    const std::vector<uint16_t> expected2 = d2.download<uint16_t>(m2 * n2);
+    for (int round = 0; round < 5; ++round) {
+      CUDA_OK(cudaMemset(d1.get(), 0, m * n * 2));
+      CUDA_OK(cudaMemset(d2.get(), 0, m2 * n2 * 2));
+      calls(false);
+      if (HasFatalFailure()) break;
+      CUDA_OK(cudaStreamSynchronize(stream));
+      ASSERT_EQ(d1.download<uint16_t>(m * n), expected1) << "int8 call, round " << round;
+      ASSERT_EQ(d2.download<uint16_t>(m2 * n2), expected2) << "skinny call, round " << round;
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
 TEST_F(CudaBackend, DependentCallsBackToBackAndInAGraph) {
   // cuda.gemv and cuda.skinny in a chain D_i+1 = A.B^T + D_i (beta = 1, C = the previous call's
   // D), run back to back and as a captured graph, equal the same chain with the stream

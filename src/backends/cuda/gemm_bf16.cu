@@ -40,6 +40,7 @@
 #include <string>
 
 #include "api/error.h"
+#include "backends/cuda/cluster_launch.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_utils.h"
 #include "backends/cuda/device_common.cuh"
@@ -524,10 +525,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                      const __grid_constant__ fold::StagedVerdicts skip) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using L = Layout<kTileN>;
-  // After the int8 family's launch: nothing to do when every tile folded (the common case).
-  if (skip.a_blocks != nullptr &&
-      !__syncthreads_or(threadIdx.x < 32 && skip.any_unfolded(p.m, p.n) ? 1 : 0))
-    return;
+  // After the int8 family's launch: nothing to do when every tile folded (the common case; the
+  // verdicts are the staging pass's, complete before the int8 launches). Launched early there,
+  // it waits for them before it exits or touches D.
+  if (skip.a_blocks != nullptr) {
+    const bool none = !__syncthreads_or(threadIdx.x < 32 && skip.any_unfolded(p.m, p.n) ? 1 : 0);
+    wait_for_previous_grid();
+    if (none) return;
+  }
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
                                                      // 1024-aligned
   Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);
@@ -561,7 +566,8 @@ CUtensorMap packed_map(const PackedOperand& op, int64_t rows, int64_t k, int box
 }
 
 template <int kTileN>
-void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, nullptr}) {
+void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, nullptr},
+            LaunchOrder order = LaunchOrder::kAfterPrevious) {
   using L = Layout<kTileN>;
   static_assert(L::kBytes <= 227 * 1024);
   check_cuda(
@@ -576,10 +582,8 @@ void launch(const GemmProblem& p, const fold::StagedVerdicts& skip = {nullptr, n
           : tma::prepared_map(p.b, p.n, p.k, 64, kTileN, "cuda.bf16", CU_TENSOR_MAP_SWIZZLE_64B);
   const int64_t grid = std::min<int64_t>(persistent::tiles<kTileM, kTileN>(p.m, p.n),
                                          device_info(p.device.ordinal).sm_count);
-  gemm_bf16_kernel<kTileN>
-      <<<static_cast<unsigned>(grid), kThreads, L::kBytes, static_cast<cudaStream_t>(p.stream)>>>(
-          p, map_a, map_b, skip);
-  check_launch("gemm_bf16_kernel");
+  launch_kernel(gemm_bf16_kernel<kTileN>, dim3(static_cast<unsigned>(grid)), kThreads, L::kBytes,
+                p.stream, "gemm_bf16_kernel launch", order, false, p, map_a, map_b, skip);
 }
 
 }  // namespace
@@ -604,8 +608,8 @@ void gemm_bf16_128x128(const GemmProblem& p, const ExecConfig&) {
 
 // The tiles of D that the int8 family's launch of the same call left (gemm_int8.cu): 128 x 128
 // tiles, the int8 family's, so that each tile is computed once.
-void gemm_bf16_unfolded_tiles(const GemmProblem& p, const fold::StagedVerdicts& skip) {
-  launch<128>(p, skip);
+void gemm_bf16_unfolded_tiles(const GemmProblem& p, const fold::StagedVerdicts& skip, bool early) {
+  launch<128>(p, skip, early ? LaunchOrder::kEarly : LaunchOrder::kAfterPrevious);
 }
 
 }  // namespace a4w4::cuda
