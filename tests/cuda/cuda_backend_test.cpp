@@ -1580,6 +1580,29 @@ TEST_F(CudaBackend, EarlyLaunchedQuantizeWaitsForTheCallBefore) {
   cudaStreamDestroy(stream);
 }
 
+// Two calls on `stream` writing d1 and d2 (count1, count2 elements of T): calls(true) runs them
+// with the stream synchronized in between, then five rounds of calls(false) back to back must
+// give the same bytes (D zeroed before each round).
+template <typename T, typename Calls>
+void expect_back_to_back_as_synchronized(cudaStream_t stream, const DeviceBuffer& d1,
+                                         int64_t count1, const DeviceBuffer& d2, int64_t count2,
+                                         const Calls& calls) {
+  calls(true);
+  if (::testing::Test::HasFatalFailure()) return;
+  CUDA_OK(cudaStreamSynchronize(stream));
+  const std::vector<T> expected1 = d1.download<T>(count1);
+  const std::vector<T> expected2 = d2.download<T>(count2);
+  for (int round = 0; round < 5; ++round) {
+    CUDA_OK(cudaMemset(d1.get(), 0, count1 * sizeof(T)));
+    CUDA_OK(cudaMemset(d2.get(), 0, count2 * sizeof(T)));
+    calls(false);
+    if (::testing::Test::HasFatalFailure()) return;
+    CUDA_OK(cudaStreamSynchronize(stream));
+    ASSERT_EQ(d1.download<T>(count1), expected1) << "first call, round " << round;
+    ASSERT_EQ(d2.download<T>(count2), expected2) << "second call, round " << round;
+  }
+}
+
 TEST_F(CudaBackend, EarlyLaunchedStagingWaitsForTheCallBefore) {
   // cuda.skinny with a workspace: two calls with different activations stage their records into
   // the same workspace. The second call's staging kernel is launched early (the first call's GEMM
@@ -1615,18 +1638,7 @@ TEST_F(CudaBackend, EarlyLaunchedStagingWaitsForTheCallBefore) {
               A4W4_SUCCESS)
         << a4w4_last_error_message();
   };
-  calls(true);
-  CUDA_OK(cudaStreamSynchronize(stream));
-  const std::vector<float> expected1 = d1.download<float>(m * n);
-  const std::vector<float> expected2 = d2.download<float>(m * n);
-  for (int round = 0; round < 5; ++round) {
-    CUDA_OK(cudaMemset(d1.get(), 0, m * n * 4));
-    CUDA_OK(cudaMemset(d2.get(), 0, m * n * 4));
-    calls(false);
-    CUDA_OK(cudaStreamSynchronize(stream));
-    ASSERT_EQ(d1.download<float>(m * n), expected1) << "first call, round " << round;
-    ASSERT_EQ(d2.download<float>(m * n), expected2) << "second call, round " << round;
-  }
+  expect_back_to_back_as_synchronized<float>(stream, d1, m * n, d2, m * n, calls);
   cudaStreamDestroy(stream);
 }
 
@@ -1678,20 +1690,8 @@ TEST_F(CudaBackend, Int8CallThenEarlyLaunchedSkinnyBackToBack) {
                 A4W4_SUCCESS)
           << a4w4_last_error_message();
     };
-    calls(true);
+    expect_back_to_back_as_synchronized<uint16_t>(stream, d1, m * n, d2, m2 * n2, calls);
     if (HasFatalFailure()) break;
-    CUDA_OK(cudaStreamSynchronize(stream));
-    const std::vector<uint16_t> expected1 = d1.download<uint16_t>(m * n);
-    const std::vector<uint16_t> expected2 = d2.download<uint16_t>(m2 * n2);
-    for (int round = 0; round < 5; ++round) {
-      CUDA_OK(cudaMemset(d1.get(), 0, m * n * 2));
-      CUDA_OK(cudaMemset(d2.get(), 0, m2 * n2 * 2));
-      calls(false);
-      if (HasFatalFailure()) break;
-      CUDA_OK(cudaStreamSynchronize(stream));
-      ASSERT_EQ(d1.download<uint16_t>(m * n), expected1) << "int8 call, round " << round;
-      ASSERT_EQ(d2.download<uint16_t>(m2 * n2), expected2) << "skinny call, round " << round;
-    }
   }
   cudaStreamDestroy(stream);
 }
