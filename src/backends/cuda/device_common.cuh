@@ -345,8 +345,6 @@ __device__ __forceinline__ bool pairs_aligned(const GemmProblem& p) {
   return reinterpret_cast<uintptr_t>(p.d) % (2 * bytes) == 0 && p.d_stride % 2 == 0;
 }
 
-// x and y as one 2-element store of kDtype at `index` of d, each rounded once from fp32 (NaN
-// canonical): store_pair's aligned case, for epilogues that choose D's dtype once per tile.
 // x and y rounded once to a 16-bit kDtype (NaN canonical), x in the low half.
 template <a4w4_dtype kDtype>
 __device__ __forceinline__ uint32_t packed_pair(float x, float y) {
@@ -365,6 +363,8 @@ __device__ __forceinline__ uint32_t packed_pair(float x, float y) {
     return lo | hi << 16;
   }
 }
+// x and y as one 2-element store of kDtype at `index` of d, each rounded once from fp32 (NaN
+// canonical): store_pair's aligned case, for epilogues that choose D's dtype once per tile.
 template <a4w4_dtype kDtype>
 __device__ __forceinline__ void store_pair_as(void* d, int64_t index, float x, float y) {
   if constexpr (kDtype == A4W4_DTYPE_F32) {

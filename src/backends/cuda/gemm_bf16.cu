@@ -608,8 +608,8 @@ void gemm_bf16_128x128(const GemmProblem& p, const ExecConfig&) {
 
 // The tiles of D that the int8 family's launch of the same call left (gemm_int8.cu): 128 x 128
 // tiles, the int8 family's, so that each tile is computed once.
-void gemm_bf16_unfolded_tiles(const GemmProblem& p, const fold::StagedVerdicts& skip, bool early) {
-  launch<128>(p, skip, early ? LaunchOrder::kEarly : LaunchOrder::kAfterPrevious);
+void gemm_bf16_unfolded_tiles(const GemmProblem& p, const fold::StagedVerdicts& skip) {
+  launch<128>(p, skip, LaunchOrder::kEarly);
 }
 
 }  // namespace a4w4::cuda

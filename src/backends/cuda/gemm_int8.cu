@@ -1090,8 +1090,7 @@ void run_family(const GemmProblem& p) {
   // that their launch latency overlaps the GEMM. H100, 1024x8192^2: 172 -> 168 us.
   launch(gemm_int8_kernel<true, kConvert, kTileN>, Layout<true, kConvert, kTileN>::kBytes,
          "gemm_int8_kernel (high blocks)", LaunchOrder::kEarly);
-  if (bf16_takes_the_rest)
-    gemm_bf16_unfolded_tiles(p, fold::StagedVerdicts{a.blocks, b.blocks}, true);
+  if (bf16_takes_the_rest) gemm_bf16_unfolded_tiles(p, fold::StagedVerdicts{a.blocks, b.blocks});
 }
 
 }  // namespace

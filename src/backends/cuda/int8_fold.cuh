@@ -282,7 +282,7 @@ struct WeightBlock {
 
 namespace a4w4::cuda {
 // The bf16 family's launch over the tiles `skip` says did not fold (gemm_bf16.cu), on the caller's
-// device and stream; `early`: as a programmatic dependent of the kernel before it (it reads only
-// the verdicts before it waits for that kernel).
-void gemm_bf16_unfolded_tiles(const GemmProblem& p, const fold::StagedVerdicts& skip, bool early);
+// device and stream, as a programmatic dependent of the kernel before it (it reads only the
+// verdicts before it waits for that kernel).
+void gemm_bf16_unfolded_tiles(const GemmProblem& p, const fold::StagedVerdicts& skip);
 }  // namespace a4w4::cuda
