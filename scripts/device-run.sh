@@ -4,8 +4,8 @@
 #   log under $OUT. It uses a build made here by scripts/device-build.sh (carried as build-carry/)
 #   when that runs there, and otherwise builds on the device with the carried Debian packages in
 #   .deps/ (CLI11, fmt, GoogleTest headers and CMake files).
-# Usage there: bash scripts/device-run.sh [tests] [probe] [memcheck] [sass] [bench] [wide] (extra bench args via
-#   BENCH_ARGS)
+# Usage there: bash scripts/device-run.sh [tests] [probe] [memcheck] [racecheck] [sass] [bench] [wide]
+#   (extra bench args via BENCH_ARGS)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device-env.sh
@@ -46,6 +46,23 @@ if [[ $steps == *memcheck* ]]; then
     --gtest_filter='-*GemmMatchesReferenceAcrossShapesAndEpilogues*' >"$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | tail -5 | tee -a "$OUT/summary.txt"
+fi
+if [[ $steps == *racecheck* ]]; then
+  # Racecheck over the GPU tests takes far longer than memcheck (the cuda.skinny test alone runs
+  # past 200 s), so it checks one short bench run per kernel that shares memory between warps:
+  # cuda.gemv, cuda.skinny (one warpgroup; the two-token-tile kernel at 200 rows, both math
+  # modes) and the int8 family, prepared B, typical data.
+  log "compute-sanitizer racecheck (one bench shape per kernel)"
+  for case in "1x4096x4096 exact" "16x8192x4096 exact" "128x8192x4096 exact" "200x8192x4096 exact" \
+    "200x8192x4096 fast" "512x4096x4096 exact"; do
+    read -r shape math <<<"$case"
+    echo "$shape" >"$OUT/racecheck-shape.txt"
+    summary=$(timeout "${RACECHECK_TIMEOUT:-120}" compute-sanitizer --tool racecheck "$BUILD/a4w4" bench \
+      --backend cuda --shapes "$OUT/racecheck-shape.txt" --math "$math" --warmup-ms 0 --samples 3 \
+      --no-baselines --no-plain 2>&1 | grep -E "RACECHECK SUMMARY|Error: " | head -2)
+    echo "$shape $math: ${summary:-no summary (timed out)}" | tee -a "$OUT/summary.txt"
+  done
+  rm -f "$OUT/racecheck-shape.txt"
 fi
 if [[ $steps == *sass* ]]; then
   log "SASS of the CUDA kernels (cuobjdump)"

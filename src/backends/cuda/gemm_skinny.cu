@@ -1198,7 +1198,7 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kSharedStages; ++s) {
       pipeline::init(&full[s], kThreads + 1);     // the converters, and thread 0's expected bytes
-      pipeline::init(&empty[s], 4 * kConsumers);  // each consumer warp
+      pipeline::init(&empty[s], kConsumers * kThreads);  // each consumer thread
     }
     pipeline::fence_init();
   }
@@ -1292,6 +1292,7 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
       copy_tile(tile + kSharedStages, s);  // w's registers hold the tile: the raw stage is free
     });
     wait_copies<0>();
+    __syncthreads();  // the consumers are done with the ring: it holds the partial sums next
   } else {
     pipeline::grow_registers<kConsumerRegisters>();
     const int c = role - 1;
@@ -1365,21 +1366,20 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
                                                    source.valid_scales(source.load(tile), tile),
                                                    activation_record, exact, any_exact);
         }
-        __syncwarp();
-        if (lane == 0) pipeline::arrive(&empty[s]);
+        // Every thread: the exact path's reads of the record are each thread's own.
+        pipeline::arrive(&empty[s]);
       });
     } else {
       rounds([&](int, int s, uint32_t parity) {
         pipeline::wait(&full[s], parity);
-        __syncwarp();
-        if (lane == 0) pipeline::arrive(&empty[s]);
+        pipeline::arrive(&empty[s]);
       });
     }
     // The CTA's sums as doubles: partial[token][row], over the ring once both consumers are done
     // with it (the converters' last stage has been consumed, every bulk copy has landed). Written
     // here, so that no accumulator is live where the converters' branch joins (their registers
     // are fewer).
-    pipeline::named_sync(1, kConsumers * kThreads);
+    __syncthreads();  // the converters' is at the end of their loop
     // kFast: the weight rows' factors 2^(base - 129) (the base of the CTA's K tiles; a warp on the
     // exact path has no fp32 sums). A partition without K tiles has no sums, and its bases were
     // never handed over through a stage: not read.
