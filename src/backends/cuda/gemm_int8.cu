@@ -20,12 +20,12 @@
 // and a 128 x 128 tile converts every A row N / 128 times and every B row M / 128 times, which kept
 // the in-kernel design integer-bound at ~320 TOP/s. Staging converts each value once, into the
 // caller's workspace (a4w4_context_set_workspace; layout in dispatch/workspace.h):
-// - high_blocks_kernel: A's high-block masks per (128 rows, K tile).
-// - stage_kernel: a CTA takes 32 rows x one chunk of A or B (a thread per (row, K tile) folds the
-//   scales, then a warp per row converts the codes, a lane per half block), writes each block
-//   folded as 32 int8, per (K tile, row) its factor 2^(base - 127) (A) or 2^(base - 129) (B)
-//   and A's high scales in [tile][row] order (one bulk copy per step later), and a summary per
-//   (chunk, row): any tile not folding, one base or not, smallest and largest base.
+// - stage_kernel: a CTA takes 32 rows x one chunk of A or B (for A it first finds the high blocks
+//   of the rows' 128-row block and chunk; a thread per (row, K tile) folds the scales, then a
+//   warp per row converts the codes, a lane per half block), writes each block folded as 32
+//   int8, per (K tile, row) its factor 2^(base - 127) (A) or 2^(base - 129) (B) and A's high
+//   scales in [tile][row] order (one bulk copy per step later), and a summary per (chunk, row):
+//   any tile not folding, one base or not, smallest and largest base.
 // - summarize_kernel: the summaries per 128 rows (and whether A's rows have high blocks), and per
 //   (128 rows, chunk) whether every row folded the chunk to one base with no high blocks.
 // - gemm_int8_kernel, two variants (the second only for tiles whose A rows have high blocks): one
@@ -216,7 +216,7 @@ __device__ __forceinline__ uint2 half_block_codes(const PackedOperand& op, int64
 }
 
 // x combined by op over the 8 lanes of a lane's group (one row's K tiles of a chunk in
-// stage_kernel), or over its group of 4 (one K tile's blocks: high_blocks_kernel). Full-mask
+// stage_kernel), or over its group of 4 (one K tile's blocks: chunk_high_blocks). Full-mask
 // shuffles: every lane of the warp calls them.
 struct Min {
   __device__ uint32_t operator()(uint32_t x, uint32_t y) const { return min(x, y); }
@@ -284,21 +284,21 @@ struct ChunkOut {
 };
 
 // One (row, K tile) of a chunk, one thread each, the 8 tiles of a row in 8 adjacent lanes. The
-// tile's blocks are split into the normal ones, folded to one base, and its high blocks (A's
-// high_masks; none for B), each kept on its own scale. Where the row's normal blocks of the whole
-// chunk spread over at most kMaxShift + 1 binades, they fold to the chunk's smallest scale (one
-// factor over the chunk); otherwise each tile's to its own. Rows in [rows, padded_rows) only get
-// factor 1. kHigh: the operand has high blocks (A); B's staging compiles without them.
+// tile's blocks are split into the normal ones, folded to one base, and its high blocks (A's:
+// chunk_high, bit 4 t + j for block j of tile t; none for B), each kept on its own scale. Where the
+// row's normal blocks of the whole chunk spread over at most kMaxShift + 1 binades, they fold to
+// the chunk's smallest scale (one factor over the chunk); otherwise each tile's to its own. Rows in
+// [rows, padded_rows) only get factor 1. kHigh: the operand has high blocks (A); B's staging
+// compiles without them.
 template <bool kHigh>
 __device__ __forceinline__ void fold_tile(const StagingJob& job, int64_t row, int chunk, int t,
-                                          int r, int blocks, ChunkOut& out) {
+                                          int r, int blocks, uint32_t chunk_high, ChunkOut& out) {
   const StagedOperand& s = job.staged;
   const int tile = chunk * kChunkTiles + t;
   const bool present = tile < s.k_tiles, real = row < s.rows;
   const uint32_t scales = present && real ? tile_scales(job.source, row, tile, blocks) : 0u;
   // Blocks past K take part as the tile's first block (tile_scales); tiles past K do not.
-  const uint32_t high =
-      kHigh && present && real ? s.high_masks[row / kTileM * s.k_tiles + tile] : 0u;
+  const uint32_t high = kHigh && present && real ? (chunk_high >> (4 * t)) & 0xFu : 0u;
   const uint32_t normal = present && real ? 0xFu & ~high : 0u;
   uint32_t tile_lo, tile_hi;
   byte_range(scales, normal, tile_lo, tile_hi);
@@ -388,38 +388,35 @@ __global__ void __launch_bounds__(256) summarize_kernel(const __grid_constant__ 
   }
 }
 
-// CTA c: the high blocks of one (128-row block, chunk) of A (lane = block of the chunk; warp w
-// takes 16 of the rows): a block is high in a K tile when, in some row, its scale lies more than
-// kMaxShift above the tile's smallest — an outlier channel, which puts the same blocks high in
-// many rows. Keeping them apart keeps such tiles on the int8 path (fold_tile). NaN scales count
-// as not high (their tiles do not fold anyway).
-__global__ void __launch_bounds__(256)
-    high_blocks_kernel(const __grid_constant__ PackedOperand a,
-                       const __grid_constant__ StagedOperand s, int blocks) {
-  __shared__ uint32_t lanes_high[32];
+// A's high blocks in one (128-row block, chunk), found by the staging CTA of 8 warps that stages
+// 32 of those rows (each of the block's 4 finds the same; the first also writes them to
+// high_masks for the GEMM and summarize_kernel): a block is high in a K tile when, in some row,
+// its scale lies more than kMaxShift above the tile's smallest — an outlier channel, which puts
+// the same blocks high in many rows. Keeping them apart keeps such tiles on the int8 path
+// (fold_tile). NaN scales count as not high (their tiles do not fold anyway). Lane l takes block
+// l of the chunk, warp w 16 of the rows; every thread gets the chunk's mask (bit l: block l).
+__device__ uint32_t chunk_high_blocks(const PackedOperand& a, const StagedOperand& s,
+                                      int64_t row_block, int chunk, int blocks,
+                                      uint32_t (&votes)[8]) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t row_blocks = s.padded_rows / kTileM, row_block = blockIdx.x % row_blocks;
-  const int block = static_cast<int>(blockIdx.x / row_blocks) * 32 + lane, tile = block / 4;
-  if (threadIdx.x < 32) lanes_high[threadIdx.x] = 0;
-  __syncthreads();
+  const int block = chunk * 32 + lane;
   const int64_t first = row_block * kTileM + warp * (kTileM / 8);
   const uint8_t* scales = a.scale + block;
-  uint32_t high = 0;
+  bool high = false;
 #pragma unroll
   for (int i = 0; i < kTileM / 8; ++i) {
     const int64_t row = first + i;
     const uint32_t scale =
         block < blocks && row < s.rows ? __ldg(scales + row * a.scale_stride) : 0xFFu;
     const uint32_t lo = across_lanes<4>(scale, Min{});
-    high |= scale != 0xFFu && scale > lo + fold::kMaxShift ? 1u : 0u;
+    high |= scale != 0xFFu && scale > lo + fold::kMaxShift;
   }
-  if (high != 0) atomicOr(&lanes_high[lane], 1u);
+  votes[warp] = __ballot_sync(0xFFFFFFFFu, high);
   __syncthreads();
-  if (warp == 0) {
-    const uint32_t mask = across_lanes<4>(lanes_high[lane] << (lane % 4), Or{});
-    if (lane % 4 == 0 && tile < s.k_tiles)
-      s.high_masks[row_block * s.k_tiles + tile] = static_cast<uint8_t>(mask);
-  }
+  uint32_t mask = 0;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) mask |= votes[w];
+  return mask;
 }
 
 // A CTA stages 32 rows x one chunk at a time. Its warps first load the codes (warp w the rows
@@ -437,6 +434,7 @@ __global__ void __launch_bounds__(256, 4)
   constexpr int kRowsPerWarp = 4;
   static_assert(kRowsPerWarp * 8 == 32, "8 warps of 256 threads take the group's 32 rows");
   __shared__ ChunkOut out;
+  __shared__ uint32_t votes[8];  // chunk_high_blocks'
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int half = lane % 2;
   const int64_t groups_a = a.tasks / 32, groups = groups_a + b.tasks / 32;
@@ -461,9 +459,15 @@ __global__ void __launch_bounds__(256, 4)
     }
     const int r = static_cast<int>(threadIdx.x) / 8, t = static_cast<int>(threadIdx.x) % 8;
     if (is_a) {
-      fold_tile<true>(a, row0 + r, chunk, t, r, blocks, out);
+      const int64_t row_block = row0 / kTileM;
+      const uint32_t chunk_high = chunk_high_blocks(a.source, s, row_block, chunk, blocks, votes);
+      const int tile = chunk * kChunkTiles + static_cast<int>(threadIdx.x);
+      if (row0 % kTileM == 0 && threadIdx.x < kChunkTiles && tile < s.k_tiles)
+        s.high_masks[row_block * s.k_tiles + tile] =
+            static_cast<uint8_t>((chunk_high >> (4 * threadIdx.x)) & 0xFu);
+      fold_tile<true>(a, row0 + r, chunk, t, r, blocks, chunk_high, out);
     } else {
-      fold_tile<false>(b, row0 + r, chunk, t, r, blocks, out);
+      fold_tile<false>(b, row0 + r, chunk, t, r, blocks, 0u, out);
     }
     __syncthreads();
     if (s.values != nullptr) {
@@ -1034,8 +1038,8 @@ std::string gemm_int8_bconv_why_not(const GemmProblem& p) {
 
 namespace {
 
-// One call of the family: the staging pass (A's high blocks first: it folds them apart; then A's
-// and B's chunks; then the summaries), both GEMM variants, and the bf16 family over the tiles that
+// One call of the family: the staging pass (A's and B's chunks, A's high blocks folded apart; then
+// the summaries), both GEMM variants, and the bf16 family over the tiles that
 // do not fold where it applies (exact, ~300 TFLOP/s), else the generic exact tile code inside the
 // plain variant (~30 TFLOP/s). kConvert: B is not staged (only its factors and shifts are); the
 // GEMM converts its codes. kTileN: the GEMM's tile width (128, or 192 where the bf16 family
@@ -1053,9 +1057,6 @@ void run_family(const GemmProblem& p) {
   } else {
     b.shifts = nullptr;  // B: staged as int8
   }
-  high_blocks_kernel<<<static_cast<unsigned>(a.padded_rows / kTileM * a.chunks), 256, 0, stream>>>(
-      p.a, a, static_cast<int>(p.k / 32));
-  check_launch("high_blocks_kernel");
   const StagingJob job_a{p.a, a, 0, false, a.padded_rows * a.chunks};
   const StagingJob job_b{p.b, b, 2, true, b.padded_rows * b.chunks};
   // Enough resident CTAs to keep the loads in flight; each loops over groups of 32 tasks.
