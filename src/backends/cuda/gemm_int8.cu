@@ -1039,11 +1039,10 @@ std::string gemm_int8_bconv_why_not(const GemmProblem& p) {
 namespace {
 
 // One call of the family: the staging pass (A's and B's chunks, A's high blocks folded apart; then
-// the summaries), both GEMM variants, and the bf16 family over the tiles that
-// do not fold where it applies (exact, ~300 TFLOP/s), else the generic exact tile code inside the
-// plain variant (~30 TFLOP/s). kConvert: B is not staged (only its factors and shifts are); the
-// GEMM converts its codes. kTileN: the GEMM's tile width (128, or 192 where the bf16 family
-// applies).
+// the summaries), both GEMM variants, and the bf16 family over the tiles that do not fold where it
+// applies (exact, ~300 TFLOP/s), else the generic exact tile code inside the plain variant
+// (~30 TFLOP/s). kConvert: B is not staged (only its factors and shifts are); the GEMM converts
+// its codes. kTileN: the GEMM's tile width (128, or 192 where the bf16 family applies).
 template <bool kConvert, int kTileN>
 void run_family(const GemmProblem& p) {
   DeviceGuard guard(p.device.ordinal);
