@@ -51,16 +51,18 @@ if [[ $steps == *racecheck* ]]; then
   # Racecheck over the GPU tests takes far longer than memcheck (the cuda.skinny test alone runs
   # past 200 s), so it checks one short bench run per kernel that shares memory between warps:
   # cuda.gemv, cuda.skinny (one warpgroup; the two-token-tile kernel at 200 rows, both math
-  # modes) and the int8 family, prepared B, typical data.
+  # modes), the int8 family (typical data) and the bf16 family (wide scales: the int8 family's
+  # tiles all go to it), prepared B.
   log "compute-sanitizer racecheck (one bench shape per kernel)"
-  for case in "1x4096x4096 exact" "16x8192x4096 exact" "128x8192x4096 exact" "200x8192x4096 exact" \
-    "200x8192x4096 fast" "512x4096x4096 exact"; do
-    read -r shape math <<<"$case"
+  for case in "1x4096x4096 exact typical" "16x8192x4096 exact typical" \
+    "128x8192x4096 exact typical" "200x8192x4096 exact typical" "200x8192x4096 fast typical" \
+    "512x4096x4096 exact typical" "512x2048x2048 exact wide"; do
+    read -r shape math data <<<"$case"
     echo "$shape" >"$OUT/racecheck-shape.txt"
     summary=$(timeout "${RACECHECK_TIMEOUT:-120}" compute-sanitizer --tool racecheck "$BUILD/a4w4" bench \
-      --backend cuda --shapes "$OUT/racecheck-shape.txt" --math "$math" --warmup-ms 0 --samples 3 \
-      --no-baselines --no-plain 2>&1 | grep -E "RACECHECK SUMMARY|Error: " | head -2)
-    echo "$shape $math: ${summary:-no summary (timed out)}" | tee -a "$OUT/summary.txt"
+      --backend cuda --shapes "$OUT/racecheck-shape.txt" --math "$math" --data "$data" \
+      --warmup-ms 0 --samples 3 --no-baselines --no-plain 2>&1 | grep -E "RACECHECK SUMMARY|Error: " | head -2)
+    echo "$shape $math $data: ${summary:-no summary (timed out)}" | tee -a "$OUT/summary.txt"
   done
   rm -f "$OUT/racecheck-shape.txt"
 fi

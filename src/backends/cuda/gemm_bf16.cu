@@ -329,13 +329,12 @@ __device__ void convert_tiles(const GemmProblem& p, const CUtensorMap* map_b, ui
             bf16_table(max(-64, min(64, e)), i % 256 == 0xFF);
       }
     }
-    // Every table is written and ctl.reduce read before the info goes out (the consumers read A's
-    // tables after it).
+    // Every converter has read ctl.reduce before the next tile's pre-pass writes it; the info
+    // goes out with every thread's arrival, each releasing its own table writes (the consumers
+    // read A's tables after it; racecheck flags a single arrival behind the barrier).
     pipeline::named_sync(kConverterBarrier, kWarpgroup);
-    if (c == 0) {
-      ctl.info[slot] = {centre[0], centre[1], foldable ? 1 : 0};
-      pipeline::arrive(&ctl.info_full[slot]);
-    }
+    if (c == 0) ctl.info[slot] = {centre[0], centre[1], foldable ? 1 : 0};
+    pipeline::arrive(&ctl.info_full[slot]);
     if (!foldable) {  // the consumers run the exact generic tiles; the raw stages are dropped
       for (int s = 0; s < ahead; ++s, ++raw_use) {
         pipeline::wait(&ctl.raw_full[raw_use % kRing], (raw_use / kRing) & 1);

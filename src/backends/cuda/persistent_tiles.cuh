@@ -40,7 +40,7 @@ struct Barriers {
       pipeline::init(&empty[i], 2 * warpgroup);  // every consumer thread
     }
     for (int i = 0; i < 2; ++i) {
-      pipeline::init(&info_full[i], 1);
+      pipeline::init(&info_full[i], warpgroup);  // every converter thread (its tables written)
       pipeline::init(&info_empty[i], 2 * warpgroup);
     }
     pipeline::fence_init();
