@@ -1,0 +1,275 @@
+// What the consumer side of cuda.skinny's two-token-tile kernel (gemm_skinny.cu,
+// gemm_skinny_shared_kernel with fast accumulation) can do per K tile on this GPU, apart from the
+// kernel: e4m3 wgmma with both operands in shared memory, the weights (64 rows x 128 K: the A
+// operand) shared by every consumer warpgroup, each consumer its own activation rows (N rows x
+// 128 K: the B operand), a ring of 4 stages that is never refilled (no producer, no barriers).
+// Modes, per consumer warpgroup and K tile:
+//   stream   4 wgmmas into one set of sums, wait<1>: the tensor pipe's rate for this layout.
+//   chain    the kernel's chain: 4 wgmmas, wait<0>, one FFMA per sum into fp32 accumulators.
+//   overlap  two sets of sums: tile i + 1's wgmmas issued before tile i's FFMAs (unrolled rounds
+//            of 4 tiles, drained at each round's end: no group in flight across the back edge).
+// Traffic beside the MMAs (the idle producer warpgroup), as the kernel's converters and bulk
+// copies make it: none; 40 KB of st.shared.v4 per 640 cycles (paced by clock64); a 32 KB bulk
+// copy from an L2-resident global buffer plus 8 KB of st.shared.v4 per 640 cycles (the rounds
+// that came are counted: the bulk copy's wait and the stores' issue can hold them back).
+// One CTA per SM, 4096 K tiles each; printed: us per 64 tiles (a 256 x 8192 x 8192 call's CTA
+// has 64) and TFLOP/s. Usage: a4w4_skinny_consumer_rate (exit 77 without an sm_90 GPU).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "backends/cuda/pipeline.cuh"
+#include "backends/cuda/wgmma.cuh"
+
+namespace {
+
+namespace wg = a4w4::cuda::wgmma;
+namespace pl = a4w4::cuda::pipeline;
+
+enum Mode { kStream, kChain, kOverlap };
+enum Traffic { kNone, kStores, kBulk };
+
+constexpr int kStages = 4;
+constexpr int kRoundTiles = 4;  // kOverlap's unrolled round
+constexpr int kPeriod = 640;    // cycles per traffic round (the chain's ~tile time)
+constexpr int kNoiseBytes = 40 * 1024;
+
+template <int kConsumers, int kN>
+constexpr int kStageBytes = 64 * 128 + kConsumers* kN * 128;
+
+// D (64 x 64, fp32) (+)= A (64x32 e4m3) * B (64x32 e4m3)^T, both from shared memory.
+__device__ __forceinline__ void mma_n64(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+      : A4W4_WGMMA_ACC32("+f", 0)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+#endif
+}
+
+// One K tile's 4 wgmmas (32 K each) into s, committed as one group; `fresh`: the first one starts
+// the sums from zero (the kernel's form), else every one accumulates (stream: one chain, so that
+// no group overwrites sums another one still writes).
+template <int kN>
+__device__ __forceinline__ void issue(float (&s)[kN / 2], uint64_t a, uint64_t b,
+                                      bool fresh = true) {
+  wg::fence();
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if constexpr (kN == 128)
+      wg::mma_e4m3_m64n128k32(s, a + 2 * q, b + 2 * q, q > 0 || !fresh);
+    else
+      mma_n64(s, a + 2 * q, b + 2 * q, q > 0 || !fresh);
+  }
+  wg::commit();
+}
+
+template <int kN>
+__device__ __forceinline__ void promote(float (&acc)[kN / 2], float (&s)[kN / 2],
+                                        const float (&factors)[kN / 8]) {
+  wg::fence_operands(s);
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) acc[i] = fmaf(s[i], factors[i / 4], acc[i]);
+}
+
+// The idle warpgroup's shared-memory traffic until the first consumer is done.
+template <Traffic kTraffic>
+__device__ void make_traffic(uint8_t* noise, const uint8_t* global_src, int tiles,
+                             const volatile int* done, unsigned long long* rounds) {
+  uint64_t* bar = reinterpret_cast<uint64_t*>(noise + kNoiseBytes);
+  volatile int* stop = reinterpret_cast<volatile int*>(bar + 1);
+  if (threadIdx.x == 0) {
+    pl::init(bar, 1);
+    pl::fence_init();
+  }
+  pl::named_sync(1, 128);
+  const long long start = clock64();
+  uint4 v = make_uint4(threadIdx.x, 1, 2, 3);
+  for (int it = 0; it < 2 * tiles; ++it) {
+    // Every thread stops at the same round (the bulk copy's barrier needs thread 0's arrivals).
+    if (threadIdx.x == 0) *stop = *done;
+    pl::named_sync(1, 128);
+    const bool quit = *stop != 0;
+    pl::named_sync(1, 128);
+    if (quit) break;
+    if (threadIdx.x == 0) atomicAdd(rounds, 1ull);
+    if constexpr (kTraffic == kBulk) {
+      if (threadIdx.x == 0) {
+        pl::arrive_expect_tx(bar, 32 * 1024);
+        pl::bulk_load(noise, global_src, 32 * 1024, bar);
+      }
+    }
+    constexpr int kStoreBytes = kTraffic == kBulk ? 8 * 1024 : kNoiseBytes;
+    uint4* stores = reinterpret_cast<uint4*>(noise + kNoiseBytes - kStoreBytes);
+#pragma unroll 4
+    for (int r = 0; r < kStoreBytes / 2048; ++r) stores[r * 128 + threadIdx.x] = v;
+    if constexpr (kTraffic == kBulk) pl::wait(bar, it & 1);
+    while (clock64() < start + static_cast<long long>(kPeriod) * (it + 1)) {
+    }
+    ++v.x;
+  }
+}
+
+template <Mode kMode, int kConsumers, int kN, Traffic kTraffic>
+__global__ void __launch_bounds__((1 + kConsumers) * 128, 1)
+    rate_kernel(float* out, int tiles, const uint8_t* global_src, int* done,
+                unsigned long long* rounds) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  constexpr int kStage = kStageBytes<kConsumers, kN>;
+  const int role = static_cast<int>(threadIdx.x) / 128;
+  // Small e4m3 values in every stage (the data do not change the rate).
+  for (int i = threadIdx.x; i < kStages * kStage / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = (i * 2654435761u) & 0x3C3C3C3Cu;
+  wg::fence_shared_for_async();
+  __syncthreads();
+  if (role == 0) {
+    pl::shrink_registers<24>();
+    if constexpr (kTraffic != kNone)
+      make_traffic<kTraffic>(smem + kStages * kStage, global_src, tiles, done, rounds);
+    return;
+  }
+  // 2 x n128: 64 sums, 64 accumulators (x2 sums for kOverlap); 4 x n64: half of each.
+  pl::grow_registers<kConsumers == 2 ? 232 : 112>();
+  const int c = role - 1;
+  float acc[kN / 2], s0[kN / 2], s1[kN / 2], factors[kN / 8];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) acc[i] = s0[i] = s1[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) factors[i] = 1.0f / static_cast<float>(i + 1 + threadIdx.x % 7);
+  const auto a_desc = [&](int tile) {
+    return wg::descriptor(wg::shared_address(smem + (tile % kStages) * kStage));
+  };
+  const auto b_desc = [&](int tile) {
+    return wg::descriptor(
+        wg::shared_address(smem + (tile % kStages) * kStage + 64 * 128 + c * kN * 128));
+  };
+  if constexpr (kMode == kStream) {
+    for (int tile = 0; tile < tiles; ++tile) {
+      issue<kN>(s0, a_desc(tile), b_desc(tile), false);
+      wg::wait<1>();
+    }
+    wg::wait<0>();
+    wg::fence_operands(s0);
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) acc[i] = s0[i];
+  } else if constexpr (kMode == kChain) {
+    for (int tile = 0; tile < tiles; ++tile) {
+      issue<kN>(s0, a_desc(tile), b_desc(tile));
+      wg::wait<0>();
+      promote<kN>(acc, s0, factors);
+    }
+  } else {
+    for (int first = 0; first < tiles; first += kRoundTiles) {
+      issue<kN>(s0, a_desc(first), b_desc(first));
+#pragma unroll
+      for (int i = 0; i < kRoundTiles; i += 2) {
+        issue<kN>(s1, a_desc(first + i + 1), b_desc(first + i + 1));
+        wg::wait<1>();
+        promote<kN>(acc, s0, factors);
+        if (i + 2 < kRoundTiles) {
+          issue<kN>(s0, a_desc(first + i + 2), b_desc(first + i + 2));
+          wg::wait<1>();
+        } else {
+          wg::wait<0>();
+        }
+        promote<kN>(acc, s1, factors);
+      }
+    }
+  }
+  float x = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) x += acc[i];
+  if (x == 1234.5f) out[0] = x;  // keeps the work
+  if (threadIdx.x == 128) *done = 1;
+#else
+  (void)out, (void)tiles, (void)global_src, (void)done, (void)rounds;
+#endif
+}
+
+const char* mode_name(Mode m) {
+  return m == kStream ? "stream" : m == kChain ? "chain" : "overlap";
+}
+const char* traffic_name(Traffic t) {
+  return t == kNone ? "none" : t == kStores ? "40 KB st.shared" : "32 KB bulk + 8 KB st.shared";
+}
+
+template <Mode kMode, int kConsumers, int kN, Traffic kTraffic = kNone>
+bool run(int sms, int tiles) {
+  float* out = nullptr;
+  uint8_t* src = nullptr;
+  int* done = nullptr;
+  unsigned long long* rounds = nullptr;
+  const int bytes = kStages * kStageBytes<kConsumers, kN> + kNoiseBytes + 1024;
+  const auto kernel = rate_kernel<kMode, kConsumers, kN, kTraffic>;
+  const int threads = (1 + kConsumers) * 128;
+  bool ok = cudaMalloc(&out, 4) == cudaSuccess && cudaMalloc(&src, 32 * 1024) == cudaSuccess &&
+            cudaMalloc(&done, 4) == cudaSuccess && cudaMalloc(&rounds, 8) == cudaSuccess &&
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
+                cudaSuccess;
+  cudaEvent_t begin, end;
+  ok = ok && cudaEventCreate(&begin) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess;
+  float best = 1e30f;
+  unsigned long long best_rounds = 0;
+  for (int r = 0; ok && r < 8; ++r) {  // the first run warms up
+    cudaMemset(done, 0, 4);
+    cudaMemset(rounds, 0, 8);
+    cudaEventRecord(begin);
+    kernel<<<sms, threads, bytes>>>(out, r == 0 ? 64 : tiles, src, done, rounds);
+    cudaEventRecord(end);
+    ok = cudaEventSynchronize(end) == cudaSuccess && cudaGetLastError() == cudaSuccess;
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, begin, end);
+    unsigned long long n = 0;
+    cudaMemcpy(&n, rounds, 8, cudaMemcpyDeviceToHost);
+    if (r > 0 && ms < best) best = ms, best_rounds = n;
+  }
+  if (ok) {
+    const double flops = 2.0 * sms * tiles * 64.0 * (kConsumers * kN) * 128;
+    // The traffic's rounds as they came (the bulk copies' waits and the stores' issue limit them).
+    const double kb_per_tile = static_cast<double>(best_rounds) / sms / tiles * kNoiseBytes / 1024;
+    std::printf("| %-7s | %d x n%-3d | %-27s | %4.1f | %6.2f | %5.0f |\n", mode_name(kMode),
+                kConsumers, kN, traffic_name(kTraffic), kb_per_tile, best * 1e3 / tiles * 64,
+                flops / best / 1e9);
+  } else {
+    std::printf("%s, %d x n%d: %s\n", mode_name(kMode), kConsumers, kN,
+                cudaGetErrorString(cudaGetLastError()));
+  }
+  cudaFree(out);
+  cudaFree(src);
+  cudaFree(done);
+  cudaFree(rounds);
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
+    std::printf("needs an sm_90 GPU\n");
+    return 77;
+  }
+  std::printf("%s, %d SMs; best of 7 runs, 4096 K tiles per CTA\n\n", prop.name,
+              prop.multiProcessorCount);
+  std::printf(
+      "| mode | consumers | traffic beside (per round) | KB per K tile | us / 64 tiles | TFLOP/s "
+      "|\n|---|---|---|---|---|---|\n");
+  const int sms = prop.multiProcessorCount, tiles = 4096;
+  bool ok = true;
+  ok &= run<kStream, 2, 128>(sms, tiles);
+  ok &= run<kChain, 2, 128>(sms, tiles);
+  ok &= run<kOverlap, 2, 128>(sms, tiles);
+  ok &= run<kChain, 4, 64>(sms, tiles);
+  ok &= run<kStream, 2, 128, kStores>(sms, tiles);
+  ok &= run<kChain, 2, 128, kStores>(sms, tiles);
+  ok &= run<kStream, 2, 128, kBulk>(sms, tiles);
+  ok &= run<kChain, 2, 128, kBulk>(sms, tiles);
+  return ok ? 0 : 1;
+}
