@@ -31,15 +31,16 @@ enum Mode { kStream, kChain, kOverlap };
 enum Traffic { kNone, kStores, kBulk };
 
 constexpr int kStages = 4;
-constexpr int kRoundTiles = 4;  // kOverlap's unrolled round
-constexpr int kPeriod = 640;    // cycles per traffic round (the chain's ~tile time)
+[[maybe_unused]] constexpr int kRoundTiles = 4;  // kOverlap's unrolled round
+[[maybe_unused]] constexpr int kPeriod = 640;  // cycles per traffic round (the chain's ~tile time)
 constexpr int kNoiseBytes = 40 * 1024;
 
 template <int kConsumers, int kN>
 constexpr int kStageBytes = 64 * 128 + kConsumers* kN * 128;
 
 // D (64 x 64, fp32) (+)= A (64x32 e4m3) * B (64x32 e4m3)^T, both from shared memory.
-__device__ __forceinline__ void mma_n64(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+[[maybe_unused]] __device__ __forceinline__ void mma_n64(float (&d)[32], uint64_t a, uint64_t b,
+                                                         bool accumulate) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 files=("$@")
-[[ ${#files[@]} -gt 0 ]] || mapfile -t files < <(ls src/backends/cuda/*.cu)
+[[ ${#files[@]} -gt 0 ]] || mapfile -t files < <(ls src/backends/cuda/*.cu bench/*.cu)
 status=0
 for f in "${files[@]}"; do
   if ! /usr/local/cuda/bin/nvcc -std=c++20 -x cu --generate-code=arch=compute_80,code=compute_80 \
