@@ -38,22 +38,6 @@ constexpr int kNoiseBytes = 40 * 1024;
 template <int kConsumers, int kN>
 constexpr int kStageBytes = 64 * 128 + kConsumers* kN * 128;
 
-// D (64 x 64, fp32) (+)= A (64x32 e4m3) * B (64x32 e4m3)^T, both from shared memory.
-[[maybe_unused]] __device__ __forceinline__ void mma_n64(float (&d)[32], uint64_t a, uint64_t b,
-                                                         bool accumulate) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
-      "%27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
-      : A4W4_WGMMA_ACC32("+f", 0)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
-#else
-  (void)d, (void)a, (void)b, (void)accumulate;
-#endif
-}
-
 // One K tile's 4 wgmmas (32 K each) into s, committed as one group; `fresh`: the first one starts
 // the sums from zero (the kernel's form), else every one accumulates (stream: one chain, so that
 // no group overwrites sums another one still writes).
@@ -66,7 +50,7 @@ __device__ __forceinline__ void issue(float (&s)[kN / 2], uint64_t a, uint64_t b
     if constexpr (kN == 128)
       wg::mma_e4m3_m64n128k32(s, a + 2 * q, b + 2 * q, q > 0 || !fresh);
     else
-      mma_n64(s, a + 2 * q, b + 2 * q, q > 0 || !fresh);
+      wg::mma_e4m3_m64n64k32(s, a + 2 * q, b + 2 * q, q > 0 || !fresh);
   }
   wg::commit();
 }

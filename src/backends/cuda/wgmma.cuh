@@ -169,6 +169,24 @@ __device__ __forceinline__ void mma_e4m3_m64n128k32(float (&d)[64], uint64_t a, 
 #endif
 }
 
+// D (64x64, fp32) (+)= A (64x32 e4m3) * B (64x32 e4m3)^T, both from shared memory: the narrower
+// form of the above (bench/skinny_consumer_rate.cu compares four consumer warpgroups on it).
+__device__ __forceinline__ void mma_e4m3_m64n64k32(float (&d)[32], uint64_t a, uint64_t b,
+                                                   bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+      : A4W4_WGMMA_ACC32("+f", 0)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
 // D (64x8, int32) (+)= A (64x32 s8) * B (8x32 s8)^T, exact.
 __device__ __forceinline__ void mma_s8_m64n8k32(int32_t (&d)[4], uint64_t a, uint64_t b,
                                                 bool accumulate) {
