@@ -12,6 +12,7 @@
 // copies make it: none; 40 KB of st.shared.v4 per 640 cycles (paced by clock64); a 32 KB bulk
 // copy from an L2-resident global buffer plus 8 KB of st.shared.v4 per 640 cycles (the rounds
 // that came are counted: the bulk copy's wait and the stores' issue can hold them back).
+// "registers": the activations as the register operand instead (registers_kernel).
 // One CTA per SM, 4096 K tiles each; printed: us per 64 tiles (a 256 x 8192 x 8192 call's CTA
 // has 64) and TFLOP/s. Usage: a4w4_skinny_consumer_rate (exit 77 without an sm_90 GPU).
 #include <cuda_runtime_api.h>
@@ -103,8 +104,8 @@ __device__ void make_traffic(uint8_t* noise, const uint8_t* global_src, int tile
 
 template <Mode kMode, int kConsumers, int kN, Traffic kTraffic>
 __global__ void __launch_bounds__((1 + kConsumers) * 128, 1)
-    rate_kernel(float* out, int tiles, const uint8_t* global_src, int* done,
-                unsigned long long* rounds) {
+    rate_kernel(float* out, int tiles, const uint4* /*records*/, const uint8_t* global_src,
+                int* done, unsigned long long* rounds) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
   constexpr int kStage = kStageBytes<kConsumers, kN>;
@@ -178,6 +179,79 @@ __global__ void __launch_bounds__((1 + kConsumers) * 128, 1)
 #endif
 }
 
+// A design in view: the activations as the wgmma's register operand. Four consumer warpgroups,
+// each 64 activation rows (the M side) by the 64 weight rows (N, in shared memory as above), their
+// fragments loaded from global memory (L2) straight into registers a tile ahead: no bulk copies
+// into shared memory and no wgmma reads of the activations from it (about 64 of the kernel's
+// ~100 KB of shared-memory traffic per K tile).
+constexpr int kRecordTiles = 64;  // K tiles in the global buffer (2 MB: L2-resident), reused
+constexpr int kRecordWords = kRecordTiles * 4 * 4 * 128;  // [tile][warpgroup][k32 step][thread]
+
+template <Traffic kTraffic>
+__global__ void __launch_bounds__(5 * 128, 1)
+    registers_kernel(float* out, int tiles, const uint4* records, const uint8_t* global_src,
+                     int* done, unsigned long long* rounds) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  constexpr int kWeightBytes = 64 * 128;
+  const int role = static_cast<int>(threadIdx.x) / 128,
+            thread = static_cast<int>(threadIdx.x) % 128;
+  for (int i = threadIdx.x; i < kStages * kWeightBytes / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = (i * 2654435761u) & 0x3C3C3C3Cu;
+  wg::fence_shared_for_async();
+  __syncthreads();
+  if (role == 0) {
+    pl::shrink_registers<24>();
+    if constexpr (kTraffic != kNone)
+      make_traffic<kTraffic>(smem + kStages * kWeightBytes, global_src, tiles, done, rounds);
+    return;
+  }
+  pl::grow_registers<112>();  // 640 threads: 96 each at launch; 24 + 4 x 112 fit
+  const int c = role - 1;
+  float acc[32], s[32], factors[8];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = s[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) factors[i] = 1.0f / static_cast<float>(i + 1 + threadIdx.x % 7);
+  // This thread's 16 bytes of each k32 step of a tile: 4 x 16-byte loads, each warp's contiguous.
+  const auto load = [&](int tile, uint32_t(&a)[16]) {
+    const uint4* tile_records = records + ((tile % kRecordTiles) * 4 + c) * 4 * 128 + thread;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = __ldg(tile_records + q * 128);
+      a[4 * q] = v.x, a[4 * q + 1] = v.y, a[4 * q + 2] = v.z, a[4 * q + 3] = v.w;
+    }
+  };
+  const auto step = [&](int tile, const uint32_t(&a)[16]) {
+    const uint64_t b = wg::descriptor(wg::shared_address(smem + (tile % kStages) * kWeightBytes));
+    wg::fence();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t fragment[4] = {a[4 * q], a[4 * q + 1], a[4 * q + 2], a[4 * q + 3]};
+      wg::mma_e4m3_m64n64k32_rs(s, fragment, b + 2 * q, q > 0);
+    }
+    wg::commit();
+    wg::wait<0>();
+    promote<64>(acc, s, factors);
+  };
+  uint32_t a0[16], a1[16];
+  load(0, a0);
+  for (int tile = 0; tile < tiles; tile += 2) {  // tiles is even
+    load(tile + 1, a1);
+    step(tile, a0);
+    if (tile + 2 < tiles) load(tile + 2, a0);
+    step(tile + 1, a1);
+  }
+  float x = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) x += acc[i];
+  if (x == 1234.5f) out[0] = x;
+  if (threadIdx.x == 128) *done = 1;
+#else
+  (void)out, (void)tiles, (void)records, (void)global_src, (void)done, (void)rounds;
+#endif
+}
+
 const char* mode_name(Mode m) {
   return m == kStream ? "stream" : m == kChain ? "chain" : "overlap";
 }
@@ -185,15 +259,15 @@ const char* traffic_name(Traffic t) {
   return t == kNone ? "none" : t == kStores ? "40 KB st.shared" : "32 KB bulk + 8 KB st.shared";
 }
 
-template <Mode kMode, int kConsumers, int kN, Traffic kTraffic = kNone>
-bool run(int sms, int tiles) {
+using Kernel = void (*)(float*, int, const uint4*, const uint8_t*, int*, unsigned long long*);
+
+// Best of 7 timed runs of `kernel` (one CTA per SM) after one warm-up, and a table row.
+bool measure(Kernel kernel, int threads, int bytes, int sms, int tiles, const char* mode,
+             const char* consumers, Traffic traffic, const uint4* records) {
   float* out = nullptr;
   uint8_t* src = nullptr;
   int* done = nullptr;
   unsigned long long* rounds = nullptr;
-  const int bytes = kStages * kStageBytes<kConsumers, kN> + kNoiseBytes + 1024;
-  const auto kernel = rate_kernel<kMode, kConsumers, kN, kTraffic>;
-  const int threads = (1 + kConsumers) * 128;
   bool ok = cudaMalloc(&out, 4) == cudaSuccess && cudaMalloc(&src, 32 * 1024) == cudaSuccess &&
             cudaMalloc(&done, 4) == cudaSuccess && cudaMalloc(&rounds, 8) == cudaSuccess &&
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
@@ -206,7 +280,7 @@ bool run(int sms, int tiles) {
     cudaMemset(done, 0, 4);
     cudaMemset(rounds, 0, 8);
     cudaEventRecord(begin);
-    kernel<<<sms, threads, bytes>>>(out, r == 0 ? 64 : tiles, src, done, rounds);
+    kernel<<<sms, threads, bytes>>>(out, r == 0 ? 64 : tiles, records, src, done, rounds);
     cudaEventRecord(end);
     ok = cudaEventSynchronize(end) == cudaSuccess && cudaGetLastError() == cudaSuccess;
     float ms = 0.0f;
@@ -216,21 +290,35 @@ bool run(int sms, int tiles) {
     if (r > 0 && ms < best) best = ms, best_rounds = n;
   }
   if (ok) {
-    const double flops = 2.0 * sms * tiles * 64.0 * (kConsumers * kN) * 128;
+    // The same work in every form: 64 weight rows x 256 activation rows x 128 K per tile.
+    const double flops = 2.0 * sms * tiles * 64.0 * 256 * 128;
     // The traffic's rounds as they came (the bulk copies' waits and the stores' issue limit them).
     const double kb_per_tile = static_cast<double>(best_rounds) / sms / tiles * kNoiseBytes / 1024;
-    std::printf("| %-7s | %d x n%-3d | %-27s | %4.1f | %6.2f | %5.0f |\n", mode_name(kMode),
-                kConsumers, kN, traffic_name(kTraffic), kb_per_tile, best * 1e3 / tiles * 64,
-                flops / best / 1e9);
+    std::printf("| %-9s | %-9s | %-27s | %4.1f | %6.2f | %5.0f |\n", mode, consumers,
+                traffic_name(traffic), kb_per_tile, best * 1e3 / tiles * 64, flops / best / 1e9);
   } else {
-    std::printf("%s, %d x n%d: %s\n", mode_name(kMode), kConsumers, kN,
-                cudaGetErrorString(cudaGetLastError()));
+    std::printf("%s, %s: %s\n", mode, consumers, cudaGetErrorString(cudaGetLastError()));
   }
   cudaFree(out);
   cudaFree(src);
   cudaFree(done);
   cudaFree(rounds);
   return ok;
+}
+
+template <Mode kMode, int kConsumers, int kN, Traffic kTraffic = kNone>
+bool run(int sms, int tiles) {
+  char consumers[16];
+  std::snprintf(consumers, sizeof consumers, "%d x n%d", kConsumers, kN);
+  return measure(rate_kernel<kMode, kConsumers, kN, kTraffic>, (1 + kConsumers) * 128,
+                 kStages * kStageBytes<kConsumers, kN> + kNoiseBytes + 1024, sms, tiles,
+                 mode_name(kMode), consumers, kTraffic, nullptr);
+}
+
+template <Traffic kTraffic = kNone>
+bool run_registers(int sms, int tiles, const uint4* records) {
+  return measure(registers_kernel<kTraffic>, 5 * 128, kStages * 64 * 128 + kNoiseBytes + 1024, sms,
+                 tiles, "registers", "4 x m64n64", kTraffic, records);
 }
 
 }  // namespace
@@ -256,5 +344,11 @@ int main() {
   ok &= run<kChain, 2, 128, kStores>(sms, tiles);
   ok &= run<kStream, 2, 128, kBulk>(sms, tiles);
   ok &= run<kChain, 2, 128, kBulk>(sms, tiles);
+  uint4* records = nullptr;
+  ok = ok && cudaMalloc(&records, kRecordWords * sizeof(uint4)) == cudaSuccess &&
+       cudaMemset(records, 0x38, kRecordWords * sizeof(uint4)) == cudaSuccess;
+  ok = ok && run_registers(sms, tiles, records);
+  ok = ok && run_registers<kStores>(sms, tiles, records);
+  cudaFree(records);
   return ok ? 0 : 1;
 }

@@ -347,6 +347,20 @@ __device__ __forceinline__ void mma_e4m3_m64n128k32_rs(float (&d)[64], const uin
   __trap();
 #endif
 }
+// N = 64, e4m3 (bench/skinny_consumer_rate.cu: activations as the register operand).
+__device__ __forceinline__ void mma_e4m3_m64n64k32_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                      uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : A4W4_WGMMA_ACC32("+f", 0)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
 // clang-format on
 
 // Keeps the compiler from moving int32 accumulator reads or writes across wgmma fences and waits.
