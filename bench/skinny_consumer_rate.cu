@@ -102,6 +102,24 @@ __device__ void make_traffic(uint8_t* noise, const uint8_t* global_src, int tile
   }
 }
 
+// The CTA's common start: small e4m3 values in the operands' `operand_bytes` (the data do not
+// change the rate); then the idle warpgroup (threads 0..127) gives registers back and makes the
+// traffic beside the consumers. Returns whether this thread is a consumer.
+template <Traffic kTraffic>
+__device__ __forceinline__ bool start_roles(uint8_t* smem, int operand_bytes, int tiles,
+                                            const uint8_t* global_src, const int* done,
+                                            unsigned long long* rounds) {
+  for (int i = threadIdx.x; i < operand_bytes / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = (i * 2654435761u) & 0x3C3C3C3Cu;
+  wg::fence_shared_for_async();
+  __syncthreads();
+  if (threadIdx.x >= 128) return true;
+  pl::shrink_registers<24>();
+  if constexpr (kTraffic != kNone)
+    make_traffic<kTraffic>(smem + operand_bytes, global_src, tiles, done, rounds);
+  return false;
+}
+
 template <Mode kMode, int kConsumers, int kN, Traffic kTraffic>
 __global__ void __launch_bounds__((1 + kConsumers) * 128, 1)
     rate_kernel(float* out, int tiles, const uint4* /*records*/, const uint8_t* global_src,
@@ -110,17 +128,7 @@ __global__ void __launch_bounds__((1 + kConsumers) * 128, 1)
   extern __shared__ __align__(1024) uint8_t smem[];
   constexpr int kStage = kStageBytes<kConsumers, kN>;
   const int role = static_cast<int>(threadIdx.x) / 128;
-  // Small e4m3 values in every stage (the data do not change the rate).
-  for (int i = threadIdx.x; i < kStages * kStage / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(smem)[i] = (i * 2654435761u) & 0x3C3C3C3Cu;
-  wg::fence_shared_for_async();
-  __syncthreads();
-  if (role == 0) {
-    pl::shrink_registers<24>();
-    if constexpr (kTraffic != kNone)
-      make_traffic<kTraffic>(smem + kStages * kStage, global_src, tiles, done, rounds);
-    return;
-  }
+  if (!start_roles<kTraffic>(smem, kStages * kStage, tiles, global_src, done, rounds)) return;
   // 2 x n128: 64 sums, 64 accumulators (x2 sums for kOverlap); 4 x n64: half of each.
   pl::grow_registers<kConsumers == 2 ? 232 : 112>();
   const int c = role - 1;
@@ -196,16 +204,7 @@ __global__ void __launch_bounds__(5 * 128, 1)
   constexpr int kWeightBytes = 64 * 128;
   const int role = static_cast<int>(threadIdx.x) / 128,
             thread = static_cast<int>(threadIdx.x) % 128;
-  for (int i = threadIdx.x; i < kStages * kWeightBytes / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(smem)[i] = (i * 2654435761u) & 0x3C3C3C3Cu;
-  wg::fence_shared_for_async();
-  __syncthreads();
-  if (role == 0) {
-    pl::shrink_registers<24>();
-    if constexpr (kTraffic != kNone)
-      make_traffic<kTraffic>(smem + kStages * kWeightBytes, global_src, tiles, done, rounds);
-    return;
-  }
+  if (!start_roles<kTraffic>(smem, kStages * kWeightBytes, tiles, global_src, done, rounds)) return;
   pl::grow_registers<112>();  // 640 threads: 96 each at launch; 24 + 4 x 112 fit
   const int c = role - 1;
   float acc[32], s[32], factors[8];
