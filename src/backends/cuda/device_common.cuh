@@ -80,6 +80,14 @@ __device__ __forceinline__ void wait_for_previous_grid() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// For an early-launched kernel that often has nothing to do: whether no thread of the CTA has
+// work (`mine`), decided from what was complete before the previous grid started; it waits for
+// that grid either way, so that its own end still implies the previous grid's.
+__device__ __forceinline__ bool nothing_to_do_after_previous_grid(bool mine) {
+  const bool none = !__syncthreads_or(mine ? 1 : 0);
+  wait_for_previous_grid();
+  return none;
+}
 
 // The last barrier of a cluster whose CTAs read each other's shared memory: no CTA exits (and
 // frees its shared memory) before every CTA has arrived, and each arrives after its distributed

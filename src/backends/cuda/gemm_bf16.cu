@@ -527,11 +527,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // After the int8 family's launch: nothing to do when every tile folded (the common case; the
   // verdicts are the staging pass's, complete before the int8 launches). Launched early there,
   // it waits for them before it exits or touches D.
-  if (skip.a_blocks != nullptr) {
-    const bool none = !__syncthreads_or(threadIdx.x < 32 && skip.any_unfolded(p.m, p.n) ? 1 : 0);
-    wait_for_previous_grid();
-    if (none) return;
-  }
+  if (skip.a_blocks != nullptr &&
+      nothing_to_do_after_previous_grid(threadIdx.x < 32 && skip.any_unfolded(p.m, p.n)))
+    return;
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
                                                      // 1024-aligned
   Control& ctl = *reinterpret_cast<Control*>(smem + L::kControlOffset);

@@ -927,9 +927,7 @@ __global__ void __launch_bounds__(kThreads<kConvert>, 1)
       for (int64_t block = threadIdx.x; block < a.padded_rows / kTileM; block += 32)
         any = any || fold::FoldSummary::has_high(a.blocks[block]);
     }
-    const bool none = !__syncthreads_or(any ? 1 : 0);
-    wait_for_previous_grid();  // launched early (run_family)
-    if (none) return;
+    if (nothing_to_do_after_previous_grid(any)) return;  // launched early (run_family)
   }
   extern __shared__ __align__(1024) uint8_t smem[];  // no static shared memory: stages stay
                                                      // 1024-aligned
