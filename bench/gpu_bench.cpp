@@ -152,14 +152,15 @@ struct Fp4Set {
 
 // What a4w4_gemm runs for set o: "name[/split] (source)".
 std::string chosen_kernel(a4w4_context ctx, const Fp4Set& o, const Shape& s, a4w4_device gpu,
-                          a4w4_dtype dtype, bool prepared, const a4w4_gemm_options& gemm) {
+                          a4w4_dtype dtype, bool prepared, a4w4_layout prepared_layout,
+                          const a4w4_gemm_options& gemm) {
   const a4w4_tensor a = a4w4_tensor_2d(o.a->ptr, A4W4_DTYPE_E2M1, s.m, s.k, s.k, gpu);
   const a4w4_tensor as = a4w4_tensor_2d(o.as->ptr, A4W4_DTYPE_E8M0, s.m, s.k / 32, s.k / 32, gpu);
   a4w4_tensor b = a4w4_tensor_2d(prepared ? o.pb->ptr : o.b->ptr, A4W4_DTYPE_E2M1, s.n, s.k,
                                  prepared ? 0 : s.k, gpu);
   a4w4_tensor bs = a4w4_tensor_2d(prepared ? o.pbs->ptr : o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32,
                                   prepared ? 0 : s.k / 32, gpu);
-  if (prepared) b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V2;
+  if (prepared) b.layout = bs.layout = prepared_layout;
   const a4w4_tensor d = a4w4_tensor_2d(o.d->ptr, dtype, s.m, s.n, s.n, gpu);
   a4w4_gemm_choice choice{};
   choice.struct_size = sizeof choice;
@@ -182,7 +183,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
   const a4w4_dtype dtype = out_dtype(options.out_dtype);
   const size_t out_size = dtype == A4W4_DTYPE_F32 ? 4 : 2;
   size_t pw = 0, ps = 0;
-  a4w4_check(a4w4_prepared_weight_size(s.n, s.k, A4W4_LAYOUT_PREPARED_V2, &pw, &ps), "size");
+  a4w4_check(a4w4_prepared_weight_size(s.n, s.k, options.prepared_layout, &pw, &ps), "size");
   const double set_bytes = (s.m + s.n) * (s.k / 2.0 + s.k / 32.0) + s.m * s.n * out_size;
   const int sets = rotation_sets(set_bytes, facts);
   std::vector<Fp4Set> operands(sets);
@@ -230,7 +231,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
       a4w4_tensor bs = a4w4_tensor_2d(o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, gpu);
       a4w4_tensor pb = a4w4_tensor_2d(o.pb->ptr, A4W4_DTYPE_E2M1, s.n, s.k, 0, gpu);
       a4w4_tensor pbs = a4w4_tensor_2d(o.pbs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, 0, gpu);
-      pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V2;
+      pb.layout = pbs.layout = options.prepared_layout;
       a4w4_check(a4w4_prepare_weight(ctx, &b, &bs, &pb, &pbs, stream), "a4w4_prepare_weight");
       o.b.reset();  // only the prepared copy is used
       o.bs.reset();
@@ -250,7 +251,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
     if (prepared) {
       b = a4w4_tensor_2d(o.pb->ptr, A4W4_DTYPE_E2M1, s.n, s.k, 0, gpu);
       bs = a4w4_tensor_2d(o.pbs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, 0, gpu);
-      b.layout = bs.layout = A4W4_LAYOUT_PREPARED_V2;
+      b.layout = bs.layout = options.prepared_layout;
     } else {
       b = a4w4_tensor_2d(o.b->ptr, A4W4_DTYPE_E2M1, s.n, s.k, s.k, gpu);
       bs = a4w4_tensor_2d(o.bs->ptr, A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, gpu);
@@ -259,7 +260,8 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
     a4w4_check(a4w4_gemm(ctx, &a, &as, &b, &bs, nullptr, nullptr, &d, &gemm, st), "a4w4_gemm");
   };
   if (kernel_used != nullptr)
-    *kernel_used = chosen_kernel(ctx, operands[0], s, gpu, dtype, prepared, gemm);
+    *kernel_used =
+        chosen_kernel(ctx, operands[0], s, gpu, dtype, prepared, options.prepared_layout, gemm);
   return time_it ? time_calls(enqueue, stream, options) : 0.0;
 }
 

@@ -25,6 +25,8 @@ struct GpuBenchOptions {
   bool baselines = true;         // also time cuBLAS bf16 and cuBLASLt fp8
   bool prepared_weights = true;  // time a4w4 on a prepared B
   bool plain_weights = true;     // time a4w4 on a plain (not prepared) B
+  // The prepared B's layout: A4W4_LAYOUT_PREPARED_V2, or _V2_INT8 (with B's int8 form).
+  a4w4_layout prepared_layout = A4W4_LAYOUT_PREPARED_V2;
   BenchData data = BenchData::kTypical;
   std::string kernel;  // "" = dispatch
   int split_k = 0;

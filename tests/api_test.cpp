@@ -581,8 +581,14 @@ TEST_F(Api, PreparedWeightSizeAndPrepareRejectBadInputs) {
   EXPECT_EQ(a4w4_prepared_weight_size(17, 160, A4W4_LAYOUT_PREPARED_V2, &w, &s), A4W4_SUCCESS);
   EXPECT_EQ(w, 4u * 1024u);
   EXPECT_EQ(s, 4u * 64u);
+  // With B's int8 form: version 2's tiles, then (256-byte aligned) int8 rows of K rounded up to
+  // 128, and per-tile factors and summaries for rows rounded up to 384; the scales are version 2's.
   w = s = 77;
-  EXPECT_EQ(a4w4_prepared_weight_size(16, 128, static_cast<a4w4_layout>(3), &w, &s),
+  EXPECT_EQ(a4w4_prepared_weight_size(17, 160, A4W4_LAYOUT_PREPARED_V2_INT8, &w, &s), A4W4_SUCCESS);
+  EXPECT_GE(w, 4u * 1024u + 17u * 256u + 2u * 384u * 4u);
+  EXPECT_EQ(s, 4u * 64u);
+  w = s = 77;
+  EXPECT_EQ(a4w4_prepared_weight_size(16, 128, static_cast<a4w4_layout>(4), &w, &s),
             A4W4_ERROR_UNSUPPORTED_LAYOUT);
   EXPECT_EQ(a4w4_prepared_weight_size(16, 128, A4W4_LAYOUT_PLAIN, &w, &s),
             A4W4_ERROR_UNSUPPORTED_LAYOUT);
@@ -601,7 +607,7 @@ TEST_F(Api, PreparedWeightSizeAndPrepareRejectBadInputs) {
   struct Prep {
     HostTensor b = HostTensor::matrix(A4W4_DTYPE_E2M1, 20, 64);
     HostTensor bs = HostTensor::matrix(A4W4_DTYPE_E8M0, 20, 2, 0, 127);
-    HostTensor pw = HostTensor::matrix(A4W4_DTYPE_U8, 1, 4096);
+    HostTensor pw = HostTensor::matrix(A4W4_DTYPE_U8, 1, 8192);  // int8 form: 6912
     HostTensor ps = HostTensor::matrix(A4W4_DTYPE_U8, 1, 256);
     a4w4_tensor bd = b.desc(), bsd = bs.desc();
     a4w4_tensor pwd = raw_2d(pw.data(), A4W4_DTYPE_E2M1, 20, 64, 64);
@@ -635,6 +641,9 @@ TEST_F(Api, PreparedWeightSizeAndPrepareRejectBadInputs) {
       {"prepared_scale overlaps prepared", A4W4_ERROR_INVALID_ARGUMENT, "prepared_scale",
        [](Prep& p) { p.psd.data = p.pw.data() + 1024; }},
       {"NULL ctx", A4W4_ERROR_INVALID_ARGUMENT, "ctx", [](Prep&) {}},
+      // B's int8 form is made by the CUDA staging pass: not on the CPU backend.
+      {"int8 form on the CPU", A4W4_ERROR_UNSUPPORTED_LAYOUT, "A4W4_LAYOUT_PREPARED_V2_INT8",
+       [](Prep& p) { p.pwd.layout = p.psd.layout = A4W4_LAYOUT_PREPARED_V2_INT8; }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -118,7 +118,7 @@ int main(void) {
     CHECK(a4w4_quantize(ctx, &bad, &at, &ast, A4W4_SCALE_RCEIL, NULL) ==
           A4W4_ERROR_INVALID_ARGUMENT);
     bad = dt;
-    bad.layout = (a4w4_layout)3;
+    bad.layout = (a4w4_layout)4;
     CHECK(a4w4_gemm(ctx, &at, &ast, &bt, &bst, NULL, NULL, &bad, NULL, NULL) ==
           A4W4_ERROR_INVALID_ARGUMENT);
   }

@@ -36,6 +36,7 @@ struct BenchSettings {
   bool workspace = true;
   bool plain = true;
   bool prepared = true;
+  std::string prepared_layout = "v2";  // v2 or v2-int8
   std::string data = "typical";  // a key of bench::bench_data_names()
   bool wide_scales = false;      // --wide-scales: --data wide
   bool quantize = false;
@@ -166,6 +167,8 @@ void run_bench(const BenchSettings& s) {
   options.baselines = s.baselines;
   options.plain_weights = s.plain;
   options.prepared_weights = s.prepared;
+  options.prepared_layout =
+      s.prepared_layout == "v2-int8" ? A4W4_LAYOUT_PREPARED_V2_INT8 : A4W4_LAYOUT_PREPARED_V2;
   options.data = bench::bench_data_names().at(s.wide_scales ? "wide" : s.data);
   options.kernel = s.kernel;
   options.split_k = s.split_k;
@@ -233,6 +236,11 @@ void add_bench_command(CLI::App& app) {
   command->add_flag("!--no-plain", settings->plain, "Skip timing a4w4 on a plain (unprepared) B");
   command->add_flag("!--no-prepared", settings->prepared,
                     "Skip timing a4w4 on a prepared B (rates then come from the plain B)");
+  command
+      ->add_option("--prepared-layout", settings->prepared_layout,
+                   "The prepared B's layout: v2 (4-bit tiles), or v2-int8 (with B's int8 form: the "
+                   "int8 kernels skip B's staging; about 2.9x v2's bytes)")
+      ->check(CLI::IsMember({"v2", "v2-int8"}));
   command->add_flag("--quantize", settings->quantize, "Also time quantizing 8192x8192 bf16");
   auto* data = command
                    ->add_option("--data", settings->data,

@@ -118,22 +118,34 @@ class KernelInfo(NamedTuple):
     constraints: str = ""
 
 
+# Prepared weight layouts by name (a4w4_layout values).
+_LAYOUTS = {"prepared_v2": 2, "prepared_v2_int8": 3}
+
+
 class PreparedWeight:
-    """A GEMM weight B rearranged by :func:`prepare_weight` (layout PREPARED_V2): pass it as
-    ``b`` to :func:`gemm` (with ``b_scale=None``). ``weight`` and ``scales`` are flat uint8 arrays
-    in the framework and on the device of the plain weight; ``shape`` is the logical [N, K]."""
+    """A GEMM weight B rearranged by :func:`prepare_weight`: pass it as ``b`` to :func:`gemm`
+    (with ``b_scale=None``). ``weight`` and ``scales`` are flat uint8 arrays in the framework and
+    on the device of the plain weight; ``shape`` is the logical [N, K]; ``layout`` is
+    "prepared_v2" or "prepared_v2_int8" (with B's int8 form, docs/weight-layout.md)."""
 
-    __slots__ = ("weight", "scales", "n", "k")
+    __slots__ = ("weight", "scales", "n", "k", "layout")
 
-    def __init__(self, weight: Any, scales: Any, n: int, k: int) -> None:
+    def __init__(
+        self, weight: Any, scales: Any, n: int, k: int, layout: str = "prepared_v2"
+    ) -> None:
+        if layout not in _LAYOUTS:
+            raise UnsupportedLayoutError(
+                f"layout: expected one of {sorted(_LAYOUTS)}, got {layout!r}", 4
+            )
         self.weight, self.scales, self.n, self.k = weight, scales, int(n), int(k)
+        self.layout = layout
 
     @property
     def shape(self) -> tuple[int, int]:
         return (self.n, self.k)
 
     def __repr__(self) -> str:
-        return f"PreparedWeight(n={self.n}, k={self.k}, layout='prepared_v1')"
+        return f"PreparedWeight(n={self.n}, k={self.k}, layout={self.layout!r})"
 
 
 class Context:
@@ -370,12 +382,14 @@ def gemm(
     ad = _fw.adapter_for(a)
     m, _ = _rows_cols(a, "a")
     prepared_n = prepared_k = 0
+    prepared_layout = _LAYOUTS["prepared_v2"]
     if isinstance(b, PreparedWeight):
         if b_scale is not None:
             raise InvalidArgumentError(
                 "b_scale: must be None when b is a PreparedWeight (it carries its scales)", 1
             )
         n, prepared_n, prepared_k = b.n, b.n, b.k
+        prepared_layout = _LAYOUTS[b.layout]
         bo, _ = _fw.export(b.weight, _fw.FLOAT, "b")
         bso, _ = _fw.export(b.scales, _fw.FLOAT, "b_scale")
     else:
@@ -398,20 +412,31 @@ def gemm(
     _core.gemm(
         _ctx(context), ao, aso, bo, bso, co, cas, bio, bias_as, do, das,
         float(alpha), float(beta), int(split_k), kernel, _MATH[math_mode],
-        prepared_n, prepared_k, st,
+        prepared_n, prepared_k, prepared_layout, st,
     )  # fmt: skip
     return d if out is not None else ad.finish(d, st, a)
 
 
 def prepare_weight(
-    b: Any, b_scale: Any, *, context: Context | None = None, stream: int | None = None
+    b: Any,
+    b_scale: Any,
+    *,
+    layout: str = "prepared_v2",
+    context: Context | None = None,
+    stream: int | None = None,
 ) -> PreparedWeight:
     """Rearranges a plain weight b [N, K/2] (packed E2M1) and b_scale [N, K/32] into the
-    layout the GEMM kernels load fastest (PREPARED_V2, docs/weight-layout.md). Prepare once at
-    load time, then pass the result as ``b`` to :func:`gemm`."""
+    layout the GEMM kernels load fastest (``layout`` "prepared_v2", docs/weight-layout.md), or
+    that layout with B's int8 form kept ("prepared_v2_int8", CUDA only: the int8 kernels then
+    skip B's staging from M = 129; about 2.9x the bytes). Prepare once at load time, then pass
+    the result as ``b`` to :func:`gemm`."""
+    if layout not in _LAYOUTS:
+        raise UnsupportedLayoutError(
+            f"layout: expected one of {sorted(_LAYOUTS)}, got {layout!r}", 4
+        )
     ad = _fw.adapter_for(b)
     n, k = _fp4_rows_k(b, "b")
-    wbytes, sbytes = _core.prepared_weight_size(n, k)
+    wbytes, sbytes = _core.prepared_weight_size(n, k, _LAYOUTS[layout])
     pw = ad.empty((wbytes,), _fw.U8, b)
     ps = ad.empty((sbytes,), _fw.U8, b)
     st = _stream(ad, b, stream)
@@ -419,9 +444,9 @@ def prepare_weight(
     bso, _ = _fw.export(b_scale, _fw.SCALE, "b_scale")
     po, _ = _fw.export(pw, _fw.FLOAT, "prepared")
     pso, _ = _fw.export(ps, _fw.FLOAT, "prepared_scale")
-    _core.prepare_weight(_ctx(context), bo, bso, po, pso, st)
+    _core.prepare_weight(_ctx(context), bo, bso, po, pso, _LAYOUTS[layout], st)
     pw, ps = ad.finish((pw, ps), st, b)
-    return PreparedWeight(pw, ps, n, k)
+    return PreparedWeight(pw, ps, n, k, layout)
 
 
 def gemm_workspace_size(m: int, n: int, k: int) -> int:

@@ -66,13 +66,15 @@ def gemm(
     prepared_n: int = 0,
     prepared_k: int = 0,
     math_mode: str = "exact",
+    prepared_layout: str = "prepared_v2",
 ) -> torch.Tensor:
     """D = alpha * A.B^T + beta * C + bias (a4w4.gemm as a custom op). With prepared_n > 0, b and
     b_scale are the flat buffers of a weight prepared for the logical shape
-    [prepared_n, prepared_k]. (``kernel_name`` is a4w4.gemm's ``kernel``: Inductor reserves
-    ``kernel``.) ``math_mode``: "exact" or "fast_accum" (a4w4.gemm's)."""
+    [prepared_n, prepared_k] in ``prepared_layout`` ("prepared_v2" or "prepared_v2_int8").
+    (``kernel_name`` is a4w4.gemm's ``kernel``: Inductor reserves ``kernel``.) ``math_mode``:
+    "exact" or "fast_accum" (a4w4.gemm's)."""
     bb = (
-        _a4w4.PreparedWeight(b, b_scale, prepared_n, prepared_k)
+        _a4w4.PreparedWeight(b, b_scale, prepared_n, prepared_k, prepared_layout)
         if prepared_n > 0
         else _row_major(b)
     )
@@ -96,6 +98,7 @@ def gemm(
 def _gemm_fake(
     a, a_scale, b, b_scale, bias=None, c=None, alpha=1.0, beta=0.0, out_dtype=None,
     split_k=0, kernel_name=None, prepared_n=0, prepared_k=0, math_mode="exact",
+    prepared_layout="prepared_v2",
 ):  # fmt: skip
     n = prepared_n if prepared_n > 0 else b.shape[0]
     return a.new_empty((a.shape[0], n), dtype=_out_dtype(out_dtype, c))
@@ -113,6 +116,8 @@ class MXFP4Linear(torch.nn.Module):
     kernel and small ones (M <= 64) convert their activations once per call. ``math_mode``
     "fast_accum" opts into fast accumulation (A4W4_MATH_FAST_ACCUM: error bounded by 2^-5 of the
     sum of |products|, docs/semantics.md; faster on CUDA at 129..256 rows on a prepared weight).
+    ``prepare_layout`` "prepared_v2_int8" keeps the weight's int8 form too (CUDA only; about 2.9x
+    the prepared bytes): batches from 129 rows then skip the weight's staging in every call.
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class MXFP4Linear(torch.nn.Module):
         prepare: Optional[bool] = None,
         weight: Optional[torch.Tensor] = None,
         math_mode: str = "exact",
+        prepare_layout: str = "prepared_v2",
     ) -> None:
         super().__init__()
         if in_features % 32:
@@ -139,7 +145,7 @@ class MXFP4Linear(torch.nn.Module):
             )
         self.in_features, self.out_features, self.mode = in_features, out_features, mode
         self.math_mode = math_mode
-        self._prepare = prepare
+        self._prepare, self.prepare_layout = prepare, prepare_layout
         if weight is None:  # nn.Linear's initialisation
             weight = torch.empty(out_features, in_features, device=device, dtype=torch.float32)
             torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
@@ -157,13 +163,14 @@ class MXFP4Linear(torch.nn.Module):
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, mode: str = "rceil",
-                    prepare: Optional[bool] = None,
-                    math_mode: str = "exact") -> MXFP4Linear:  # fmt: skip
+                    prepare: Optional[bool] = None, math_mode: str = "exact",
+                    prepare_layout: str = "prepared_v2") -> MXFP4Linear:  # fmt: skip
         """An MXFP4Linear with `linear`'s weight (quantized) and bias."""
         w = linear.weight.detach()
         m = cls(linear.in_features, linear.out_features, linear.bias is not None,
                 device=w.device, dtype=w.dtype if w.dtype in _FLOATS else torch.float32,
-                mode=mode, prepare=prepare, weight=w, math_mode=math_mode)  # fmt: skip
+                mode=mode, prepare=prepare, weight=w, math_mode=math_mode,
+                prepare_layout=prepare_layout)  # fmt: skip
         if linear.bias is not None:
             m.bias.data.copy_(linear.bias.detach())
         return m
@@ -184,7 +191,7 @@ class MXFP4Linear(torch.nn.Module):
         self.weight_fp4, self.weight_scale = q, s
         prepare = self._prepare if self._prepare is not None else q.device.type == "cuda"
         if prepare:
-            pw = _a4w4.prepare_weight(q, s)
+            pw = _a4w4.prepare_weight(q, s, layout=self.prepare_layout)
             self.weight_prepared, self.weight_prepared_scale = pw.weight, pw.scales
         else:
             self.weight_prepared = self.weight_prepared_scale = None
@@ -204,13 +211,15 @@ class MXFP4Linear(torch.nn.Module):
             b, bs, pn, pk = self.weight_fp4, self.weight_scale, 0, 0
         bias = self.bias
         y = torch.ops.a4w4.gemm(
-            q, s, b, bs, bias, None, 1.0, 0.0, x.dtype, 0, None, pn, pk, self.math_mode
-        )
+            q, s, b, bs, bias, None, 1.0, 0.0, x.dtype, 0, None, pn, pk, self.math_mode,
+            self.prepare_layout,
+        )  # fmt: skip
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, mode={self.mode!r}, "
-            f"prepared={self.weight_prepared is not None}, math_mode={self.math_mode!r}"
+            f"prepared={self.weight_prepared is not None}, math_mode={self.math_mode!r}, "
+            f"prepare_layout={self.prepare_layout!r}"
         )

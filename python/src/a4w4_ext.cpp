@@ -150,7 +150,7 @@ a4w4_tensor describe(const InArray& arr, const char* name, int as) {
 // A prepared weight's buffer: a flat byte array holding at least `needed` bytes, described with
 // the logical shape [rows, cols] in the prepared layout.
 a4w4_tensor describe_prepared(const InArray& arr, const char* name, a4w4_dtype dtype, int64_t rows,
-                              int64_t cols, size_t needed) {
+                              int64_t cols, size_t needed, a4w4_layout layout) {
   const nb::dlpack::dtype dt = arr.dtype();
   if (!is_dl(dt, 1, 8))
     raise_status(
@@ -171,7 +171,7 @@ a4w4_tensor describe_prepared(const InArray& arr, const char* name, a4w4_dtype d
                  std::string(name) + ": a prepared buffer must be contiguous");
   a4w4_tensor t =
       a4w4_tensor_2d(const_cast<void*>(arr.data()), dtype, rows, cols, cols, device_of(arr, name));
-  t.layout = A4W4_LAYOUT_PREPARED_V2;
+  t.layout = layout;
   return t;
 }
 
@@ -291,10 +291,10 @@ void dequantize(const Context& ctx, const InArray& q, const InArray& scale, cons
   check(out);
 }
 
-std::pair<size_t, size_t> prepared_weight_size(int64_t n, int64_t k) {
+std::pair<size_t, size_t> prepared_weight_size(int64_t n, int64_t k, int layout) {
   size_t w = 0;
   size_t s = 0;
-  check(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &w, &s));
+  check(a4w4_prepared_weight_size(n, k, static_cast<a4w4_layout>(layout), &w, &s));
   return {w, s};
 }
 
@@ -304,16 +304,17 @@ void gemm(const Context& ctx, const InArray& a, const InArray& a_scale, const In
           const InArray& b_scale, std::optional<InArray> c, int c_as, std::optional<InArray> bias,
           int bias_as, const OutArray& d, int d_as, float alpha, float beta, int split_k,
           std::optional<std::string> kernel, int math_mode, int64_t prepared_n, int64_t prepared_k,
-          uintptr_t stream) {
+          int prepared_layout, uintptr_t stream) {
   const a4w4_tensor ta = describe(a, "a", A4W4_DTYPE_E2M1);
   const a4w4_tensor tas = describe(a_scale, "a_scale", A4W4_DTYPE_E8M0);
   a4w4_tensor tb;
   a4w4_tensor tbs;
   if (prepared_n > 0) {
-    const auto [wbytes, sbytes] = prepared_weight_size(prepared_n, prepared_k);
-    tb = describe_prepared(b, "b", A4W4_DTYPE_E2M1, prepared_n, prepared_k, wbytes);
-    tbs =
-        describe_prepared(b_scale, "b_scale", A4W4_DTYPE_E8M0, prepared_n, prepared_k / 32, sbytes);
+    const auto layout = static_cast<a4w4_layout>(prepared_layout);
+    const auto [wbytes, sbytes] = prepared_weight_size(prepared_n, prepared_k, prepared_layout);
+    tb = describe_prepared(b, "b", A4W4_DTYPE_E2M1, prepared_n, prepared_k, wbytes, layout);
+    tbs = describe_prepared(b_scale, "b_scale", A4W4_DTYPE_E8M0, prepared_n, prepared_k / 32,
+                            sbytes, layout);
   } else {
     tb = describe(b, "b", A4W4_DTYPE_E2M1);
     tbs = describe(b_scale, "b_scale", A4W4_DTYPE_E8M0);
@@ -341,7 +342,8 @@ void gemm(const Context& ctx, const InArray& a, const InArray& a_scale, const In
 }
 
 void prepare_weight(const Context& ctx, const InArray& b, const InArray& b_scale,
-                    const OutArray& prepared, const OutArray& prepared_scale, uintptr_t stream) {
+                    const OutArray& prepared, const OutArray& prepared_scale, int layout,
+                    uintptr_t stream) {
   const a4w4_tensor tb = describe(b, "b", A4W4_DTYPE_E2M1);
   const a4w4_tensor tbs = describe(b_scale, "b_scale", A4W4_DTYPE_E8M0);
   if (tb.rank != 2)
@@ -349,11 +351,12 @@ void prepare_weight(const Context& ctx, const InArray& b, const InArray& b_scale
                  "b: expected a 2-D packed weight [N, K/2], got rank " + std::to_string(tb.rank));
   const int64_t n = tb.shape[0];
   const int64_t k = tb.shape[1];
-  const auto [wbytes, sbytes] = prepared_weight_size(n, k);
+  const auto [wbytes, sbytes] = prepared_weight_size(n, k, layout);
+  const auto l = static_cast<a4w4_layout>(layout);
   const a4w4_tensor tp =
-      describe_prepared(InArray(prepared), "prepared", A4W4_DTYPE_E2M1, n, k, wbytes);
+      describe_prepared(InArray(prepared), "prepared", A4W4_DTYPE_E2M1, n, k, wbytes, l);
   const a4w4_tensor tps = describe_prepared(InArray(prepared_scale), "prepared_scale",
-                                            A4W4_DTYPE_E8M0, n, k / 32, sbytes);
+                                            A4W4_DTYPE_E8M0, n, k / 32, sbytes, l);
   const a4w4_context c = ctx.get();
   Outcome out;
   {
@@ -503,10 +506,11 @@ NB_MODULE(_core, m) {
         nb::arg("b_scale"), nb::arg("c").none(), nb::arg("c_as"), nb::arg("bias").none(),
         nb::arg("bias_as"), nb::arg("d"), nb::arg("d_as"), nb::arg("alpha"), nb::arg("beta"),
         nb::arg("split_k"), nb::arg("kernel").none(), nb::arg("math_mode"), nb::arg("prepared_n"),
-        nb::arg("prepared_k"), nb::arg("stream"));
+        nb::arg("prepared_k"), nb::arg("prepared_layout"), nb::arg("stream"));
   m.def("prepare_weight", &prepare_weight, nb::arg("ctx"), nb::arg("b"), nb::arg("b_scale"),
-        nb::arg("prepared"), nb::arg("prepared_scale"), nb::arg("stream"));
-  m.def("prepared_weight_size", &prepared_weight_size, nb::arg("n"), nb::arg("k"));
+        nb::arg("prepared"), nb::arg("prepared_scale"), nb::arg("layout"), nb::arg("stream"));
+  m.def("prepared_weight_size", &prepared_weight_size, nb::arg("n"), nb::arg("k"),
+        nb::arg("layout"));
   m.def(
       "gemm_workspace_size",
       [](int64_t rows_a, int64_t rows_b, int64_t k) {

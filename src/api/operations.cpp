@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "dispatch/chooser.h"
 #include "dispatch/registry.h"
+#include "dispatch/workspace.h"
 #include "numerics/weight_layout.h"
 
 namespace a4w4 {
@@ -44,10 +45,35 @@ void check_pointers(std::span<const MatrixView* const> views) {
   for (const MatrixView* view : views) cuda::check_pointer(view->data, view->device, view->name);
 }
 
+// A weight prepared with its int8 form (A4W4_LAYOUT_PREPARED_V2_INT8) is read as version 2 by
+// every kernel; the int8 family finds the int8 part through GemmProblem::b_int8.
 PackedOperand packed(const MatrixView& values, const MatrixView& scales) {
-  return PackedOperand{static_cast<const uint8_t*>(values.data), values.row_stride_bytes(),
-                       static_cast<const uint8_t*>(scales.data), scales.row_stride,
-                       values.layout};
+  return PackedOperand{
+      static_cast<const uint8_t*>(values.data), values.row_stride_bytes(),
+      static_cast<const uint8_t*>(scales.data), scales.row_stride,
+      values.layout == A4W4_LAYOUT_PREPARED_V2_INT8 ? A4W4_LAYOUT_PREPARED_V2 : values.layout};
+}
+
+// Where the int8 part of a weight prepared as A4W4_LAYOUT_PREPARED_V2_INT8 starts; else nullptr.
+const uint8_t* int8_part(const MatrixView& values) {
+  if (values.layout != A4W4_LAYOUT_PREPARED_V2_INT8) return nullptr;
+  return static_cast<const uint8_t*>(values.data) +
+         PreparedInt8Layout(values.rows, values.cols).offset;
+}
+
+// "plain" or the prepared layout's name, for messages.
+const char* layout_name(a4w4_layout layout) {
+  switch (layout) {
+    case A4W4_LAYOUT_PLAIN:
+      return "plain";
+    case A4W4_LAYOUT_PREPARED_V1:
+      return "A4W4_LAYOUT_PREPARED_V1";
+    case A4W4_LAYOUT_PREPARED_V2:
+      return "A4W4_LAYOUT_PREPARED_V2";
+    case A4W4_LAYOUT_PREPARED_V2_INT8:
+      return "A4W4_LAYOUT_PREPARED_V2_INT8";
+  }
+  return "an unknown layout";
 }
 
 // Checks values [rows, K] E2M1 with scales [rows, K/32] E8M0 and returns (values, scales).
@@ -65,10 +91,11 @@ std::pair<MatrixView, MatrixView> check_packed(const a4w4_tensor* values, const 
     fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
          "{} and {} must share one layout, got {} and {} (prepare both with "
          "a4w4_prepare_weight)",
-         name, scale_name, v.layout == A4W4_LAYOUT_PLAIN ? "plain" : "prepared",
-         s.layout == A4W4_LAYOUT_PLAIN ? "plain" : "prepared");
+         name, scale_name, layout_name(v.layout), layout_name(s.layout));
   if (v.layout != A4W4_LAYOUT_PLAIN) {
-    v.prepared_bytes = layout::prepared_weight_bytes(v.rows, v.cols);
+    v.prepared_bytes = v.layout == A4W4_LAYOUT_PREPARED_V2_INT8
+                           ? PreparedInt8Layout(v.rows, v.cols).bytes
+                           : layout::prepared_weight_bytes(v.rows, v.cols);
     s.prepared_bytes = layout::prepared_scale_bytes(v.rows, v.cols);
   }
   return {v, s};
@@ -180,6 +207,7 @@ GemmCall check_gemm_call(const a4w4_context_t& context, const a4w4_tensor* a,
                       stream,
                       has_workspace ? workspace.ptr : nullptr,
                       has_workspace ? workspace.bytes : 0,
+                      int8_part(bv),
                   },
                   opts.kernel != nullptr ? std::string(opts.kernel) : std::string()};
 }
@@ -319,15 +347,19 @@ a4w4_status a4w4_prepared_weight_size(int64_t n, int64_t k, a4w4_layout layout,
   return guarded(__func__, [&] {
     if (weight_bytes == nullptr || scale_bytes == nullptr)
       fail(A4W4_ERROR_INVALID_ARGUMENT, "weight_bytes and scale_bytes must not be NULL");
-    if (layout != A4W4_LAYOUT_PREPARED_V1 && layout != A4W4_LAYOUT_PREPARED_V2)
+    if (layout != A4W4_LAYOUT_PREPARED_V1 && layout != A4W4_LAYOUT_PREPARED_V2 &&
+        layout != A4W4_LAYOUT_PREPARED_V2_INT8)
       fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
-           "layout: expected A4W4_LAYOUT_PREPARED_V2 or A4W4_LAYOUT_PREPARED_V1, got {}",
+           "layout: expected A4W4_LAYOUT_PREPARED_V2, A4W4_LAYOUT_PREPARED_V2_INT8 or "
+           "A4W4_LAYOUT_PREPARED_V1, got {}",
            static_cast<int>(layout));
     if (n < 1 || k < 1 || n > (int64_t{1} << 40) || k > (int64_t{1} << 40))
       fail(A4W4_ERROR_INVALID_ARGUMENT, "n and k must be in [1, 2^40], got n={} k={}", n, k);
     if (k % 32 != 0)
       fail(A4W4_ERROR_K_NOT_MULTIPLE_OF_32, "k = {} is not a multiple of 32", k);
-    *weight_bytes = static_cast<size_t>(layout::prepared_weight_bytes(n, k));
+    *weight_bytes = static_cast<size_t>(layout == A4W4_LAYOUT_PREPARED_V2_INT8
+                                            ? PreparedInt8Layout(n, k).bytes
+                                            : layout::prepared_weight_bytes(n, k));
     *scale_bytes = static_cast<size_t>(layout::prepared_scale_bytes(n, k));
   });
 }
@@ -343,12 +375,17 @@ a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
                                   /*allow_prepared=*/true);
     if (pv.layout == A4W4_LAYOUT_PLAIN)
       fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
-           "prepared: expected layout A4W4_LAYOUT_PREPARED_V2 or A4W4_LAYOUT_PREPARED_V1, got "
-           "plain");
+           "prepared: expected layout A4W4_LAYOUT_PREPARED_V2, A4W4_LAYOUT_PREPARED_V2_INT8 or "
+           "A4W4_LAYOUT_PREPARED_V1, got plain");
     expect_shape(pv, bv.rows, bv.cols, "the shape of b");
     const MatrixView* views[] = {&bv, &bsv, &pv, &psv};
     const a4w4_device device = common_device(views);
     const a4w4_backend backend = resolve_backend(context, device);
+    if (backend == A4W4_BACKEND_CPU && pv.layout == A4W4_LAYOUT_PREPARED_V2_INT8)
+      fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
+           "prepared: A4W4_LAYOUT_PREPARED_V2_INT8 is made on a CUDA device (its int8 part is "
+           "the CUDA int8 kernels' staging of B); prepare a CUDA copy of b, or use "
+           "A4W4_LAYOUT_PREPARED_V2 on the CPU");
     for (const MatrixView* out : {&pv, &psv}) {
       expect_disjoint(*out, bv);
       expect_disjoint(*out, bsv);

@@ -40,7 +40,7 @@ void check_descriptor(const a4w4_tensor* t, const char* name,
     fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: device ordinal {} is not valid for a {} tensor", name,
          t->device.ordinal, t->device.type == A4W4_DEVICE_CPU ? "CPU" : "CUDA");
   if (t->layout != A4W4_LAYOUT_PLAIN && t->layout != A4W4_LAYOUT_PREPARED_V1 &&
-      t->layout != A4W4_LAYOUT_PREPARED_V2)
+      t->layout != A4W4_LAYOUT_PREPARED_V2 && t->layout != A4W4_LAYOUT_PREPARED_V2_INT8)
     fail(A4W4_ERROR_INVALID_ARGUMENT, "{}: layout {} is not an a4w4_layout value", name,
          static_cast<int>(t->layout));
   if (t->layout != A4W4_LAYOUT_PLAIN && !allow_prepared)

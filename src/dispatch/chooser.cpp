@@ -54,9 +54,10 @@ double heuristic_score(const GemmKernel& kernel, const GemmProblem& problem, int
         tile_count(kernel, problem) * (kernel.split_k_parallel ? std::max(split, 1) : 1);
     waves = static_cast<double>(ctas) / static_cast<double>(ceil_div(ctas, sm_count) * sm_count);
   }
-  const double speed = problem.b.layout != A4W4_LAYOUT_PLAIN && kernel.prepared_b_speed > 0
-                           ? kernel.prepared_b_speed
-                           : kernel.speed;
+  double speed = kernel.speed;
+  if (problem.b.layout != A4W4_LAYOUT_PLAIN && kernel.prepared_b_speed > 0)
+    speed = kernel.prepared_b_speed;
+  if (problem.b_int8 != nullptr && kernel.int8_b_speed > 0) speed = kernel.int8_b_speed;
   return speed * fill * waves;
 }
 
@@ -85,8 +86,10 @@ GemmChoice choose_gemm_kernel(const GemmProblem& problem, a4w4_backend backend,
                               std::string_view requested, const TunedTable* tuned,
                               const DeviceKey& device, int sm_count,
                               std::span<const GemmKernel> kernels) {
+  // Tuned tables hold no rows for weights with their int8 form (A4W4_LAYOUT_PREPARED_V2_INT8):
+  // those were measured staging B in the call. The heuristic serves them.
   const TunedEntry* entry =
-      tuned != nullptr
+      tuned != nullptr && problem.b_int8 == nullptr
           ? tuned->lookup(device, problem.m, problem.n, problem.k, problem.workspace != nullptr,
                           problem.b.layout != A4W4_LAYOUT_PLAIN)
           : nullptr;

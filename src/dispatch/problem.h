@@ -10,7 +10,9 @@
 namespace a4w4 {
 
 // Packed E2M1 rows and E8M0 scale rows: strides are in bytes. A prepared operand (layout
-// A4W4_LAYOUT_PREPARED_V1 or _V2, numerics/weight_layout.h) ignores the strides.
+// A4W4_LAYOUT_PREPARED_V1 or _V2, numerics/weight_layout.h) ignores the strides. (A weight
+// prepared as A4W4_LAYOUT_PREPARED_V2_INT8 is described here as _V2, its version-2 part; its
+// int8 part is GemmProblem::b_int8.)
 struct PackedOperand {
   const uint8_t* data;
   int64_t stride_bytes;  // between rows of packed E2M1 (two elements per byte)
@@ -42,6 +44,9 @@ struct GemmProblem {
   // The context's workspace on `device` (a4w4_context_set_workspace); nullptr and 0 when none.
   void* workspace;
   size_t workspace_bytes;
+  // B prepared as A4W4_LAYOUT_PREPARED_V2_INT8: its int8 part (dispatch/workspace.h,
+  // PreparedInt8Layout), which the int8 family reads instead of staging B; else nullptr.
+  const uint8_t* b_int8;
 };
 
 struct QuantizeProblem {
@@ -72,7 +77,7 @@ struct PrepareWeightProblem {
   PackedOperand b;
   uint8_t* prepared;
   uint8_t* prepared_scale;
-  a4w4_layout layout;  // of prepared and prepared_scale: A4W4_LAYOUT_PREPARED_V1 or _V2
+  a4w4_layout layout;  // of prepared and prepared_scale: A4W4_LAYOUT_PREPARED_V1, _V2 or _V2_INT8
   a4w4_device device;
   void* stream;
 };

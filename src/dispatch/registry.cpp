@@ -100,7 +100,7 @@ constexpr std::array kGemmKernels = {
                "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
                "(version 2; data 16-byte, scales 4-byte aligned); a context workspace of "
                "a4w4_gemm_workspace_size bytes; K % 32 == 0; M, N, K < 2^31",
-               cuda::gemm_int8_why_not, cuda::gemm_int8_128x128},
+               cuda::gemm_int8_why_not, cuda::gemm_int8_128x128, 0.0, 40.0},
     // The same on 128 x 192 tiles: 13% fewer shared-memory and L2 bytes per MAC (m64n192k32
     // MMAs, 40 KB stages); its tiles that do not fold always go to the bf16 family (K % 64 == 0).
     // H100 (bench/RESULTS.md, session 22): 8192^3 in 1041 us against 1158-1186 on 128 x 128 tiles,
@@ -112,7 +112,7 @@ constexpr std::array kGemmKernels = {
                "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
                "(version 2; data 16-byte, scales 4-byte aligned); a context workspace of "
                "a4w4_gemm_workspace_size bytes; K % 64 == 0; M, N, K < 2^31",
-               cuda::gemm_int8_128x192_why_not, cuda::gemm_int8_128x192},
+               cuda::gemm_int8_128x192_why_not, cuda::gemm_int8_128x192, 0.0, 43.0},
     // The same exact int8 path staging only A (and B's scales): two more warpgroups convert B's
     // codes into each stage, so no pass writes B as int8 before the GEMM. The converters bound its
     // main loop (H200: 1.2-1.8x slower than cuda.int8_128x128 from M = 384, 4-12% faster at

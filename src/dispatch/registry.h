@@ -34,6 +34,9 @@ struct GemmKernel {
   // `speed` on a prepared B, for kernels whose main loop runs at another speed on one (0: the
   // same as `speed`, which is then the speed on a plain B).
   double prepared_b_speed = 0.0;
+  // `speed` on a weight prepared with its int8 form (A4W4_LAYOUT_PREPARED_V2_INT8), for the
+  // kernels that read that part (0: prepared_b_speed).
+  double int8_b_speed = 0.0;
 };
 
 std::span<const GemmKernel> gemm_kernels();

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "numerics/weight_layout.h"
+
 namespace a4w4 {
 
 // One operand of R rows staged for the int8 family (src/backends/cuda/gemm_int8.cu): its rows as
@@ -19,7 +21,7 @@ namespace a4w4 {
 // channels put a few blocks of a K tile far above the others): per (128 rows, K tile) a mask of the
 // blocks kept apart, each on its own scale, and per (K tile, row) their 4 scale bytes. Without high
 // blocks (B): per (K tile, row) the 4 blocks' shifts, for the kernel that converts B's codes itself
-// (cuda.int8_bconv_128x128).
+// (cuda.int8_bconv_128x128), unless `shifts` is false (a prepared weight's int8 form).
 struct StagedOperandLayout {
   static constexpr int64_t kTileK = 128, kTileRows = 128, kChunkTiles = 8;
   static constexpr int64_t kAlign = 256;
@@ -32,7 +34,8 @@ struct StagedOperandLayout {
 
   static constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-  constexpr StagedOperandLayout(int64_t r, int64_t k, bool high_blocks, int64_t row_multiple)
+  constexpr StagedOperandLayout(int64_t r, int64_t k, bool high_blocks, int64_t row_multiple,
+                                bool with_shifts = true)
       : rows(r),
         padded_rows(round_up(r, row_multiple)),
         padded_k(round_up(k, kTileK)),
@@ -47,7 +50,7 @@ struct StagedOperandLayout {
       high_scales = bytes;
       high_masks = high_scales + round_up(k_tiles * padded_rows * 4, kAlign);
       bytes = high_masks + round_up(padded_rows / kTileRows * k_tiles, kAlign);
-    } else {
+    } else if (with_shifts) {
       shifts = bytes;
       bytes = shifts + round_up(k_tiles * padded_rows * 4, kAlign);
     }
@@ -64,6 +67,19 @@ struct StagingWorkspace {
         b(n, k, false, kRowsB),
         b_offset(a.bytes),
         bytes(a.bytes + b.bytes) {}
+};
+
+// A weight prepared as A4W4_LAYOUT_PREPARED_V2_INT8: version 2's tiles, then (256-byte aligned)
+// B staged as above, once (values, factors, summaries; no shifts), so that the int8 family reads
+// it instead of staging B in every call.
+struct PreparedInt8Layout {
+  StagedOperandLayout b;
+  int64_t offset, bytes;  // where b starts in the weight buffer, and the buffer's size
+  PreparedInt8Layout(int64_t n, int64_t k)
+      : b(n, k, false, StagingWorkspace::kRowsB, false),
+        offset(StagedOperandLayout::round_up(layout::prepared_weight_bytes(n, k),
+                                             StagedOperandLayout::kAlign)),
+        bytes(offset + b.bytes) {}
 };
 
 }  // namespace a4w4

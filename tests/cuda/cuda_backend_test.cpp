@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -914,12 +915,18 @@ void CudaBackend::run_int8_family(const char* kernel) {
       for (int64_t n : {128, 200, 456})
         for (int scales : {kFoldScales, kNarrowScales, kWideScales}) {
           if (scales != kFoldScales && (m + n + k + scales) % 2 != 0) continue;  // keeps it quick
-          const GemmCase c{m,      n,     k, outs[v % 3], v % 2 == 0, v % 3 != 1,
-                           scales, false, 0, kernel,      0};
+          GemmCase c{m, n, k, outs[v % 3], v % 2 == 0, v % 3 != 1, scales, false, 0, kernel, 0};
           ++v;
           if (!applies(c)) continue;
           run_case(ctx_, rng_, c);
           if (HasFatalFailure()) return;
+          // Every fifth case again on a weight prepared with its int8 form (B's staging read from
+          // the weight: ragged N, partial K tiles, unfolded tiles on the bf16 or generic path).
+          if (v % 5 == 0 && !converts_b) {
+            c.prepared = true, c.prepared_layout = A4W4_LAYOUT_PREPARED_V2_INT8;
+            run_case(ctx_, rng_, c);
+            if (HasFatalFailure()) return;
+          }
         }
   // Persistent loops: more tiles than SMs (144 tiles for 1000 x 2300, 306 for 2304 x 2056), folded
   // and exact tiles mixed in one CTA's sequence (kFoldMixedScales, with NaN in the exact ones),
@@ -979,6 +986,13 @@ void CudaBackend::run_int8_family(const char* kernel) {
     if (!applies(c)) continue;
     run_case(ctx_, rng_, c);
     if (HasFatalFailure()) return;
+    // The prepared cases again with B's int8 form in the weight (the GEMM stages A only).
+    if (c.prepared && !converts_b) {
+      GemmCase int8_weight = c;
+      int8_weight.prepared_layout = A4W4_LAYOUT_PREPARED_V2_INT8;
+      run_case(ctx_, rng_, int8_weight);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
@@ -1385,7 +1399,7 @@ TEST_F(CudaBackend, QuantizeIsBitIdenticalToTheReference) {
 }
 
 TEST_F(CudaBackend, PreparedWeightMatchesTheCpuLayout) {
-  for (a4w4_layout layout : {A4W4_LAYOUT_PREPARED_V2, A4W4_LAYOUT_PREPARED_V2}) {
+  for (a4w4_layout layout : {A4W4_LAYOUT_PREPARED_V1, A4W4_LAYOUT_PREPARED_V2}) {
     SCOPED_TRACE("layout " + std::to_string(layout));
     expect_prepared_weight_matches_the_cpu(layout);
     if (HasFailure()) return;
@@ -1424,6 +1438,156 @@ void CudaBackend::expect_prepared_weight_matches_the_cpu(a4w4_layout layout) {
   a4w4_tensor td = tensor(gpw.get(), A4W4_DTYPE_F32, 1, n, n, gpu);
   EXPECT_EQ(a4w4_gemm(ctx_, &tb, &tbs, &tb, &tbs, nullptr, nullptr, &td, nullptr, nullptr),
             A4W4_ERROR_UNSUPPORTED_LAYOUT);
+}
+
+TEST_F(CudaBackend, AnInt8PreparedWeightHoldsVersion2AndItsInt8Form) {
+  // A4W4_LAYOUT_PREPARED_V2_INT8: its first bytes and its scales are version 2's (the CPU's
+  // version-2 bytes), the rest is deterministic (prepared twice over different garbage: the same
+  // bytes, alignment gaps included); the CPU backend does not make it (refused, nothing written)
+  // but reads a host copy as version 2 (the same D, bit for bit, as the plain B on cpu.reference).
+  const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
+  const int64_t m = 3, n = 77, k = 416;  // neither a multiple of the 16 x 128 tile
+  const Packed b = random_packed(rng_, n, k, 0, kFoldMixedScales, 0.0);
+  size_t v2_bytes = 0, wbytes = 0, sbytes = 0, v2_sbytes = 0;
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &v2_bytes, &v2_sbytes),
+            A4W4_SUCCESS);
+  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2_INT8, &wbytes, &sbytes),
+            A4W4_SUCCESS);
+  EXPECT_EQ(sbytes, v2_sbytes);
+  EXPECT_GT(wbytes, v2_bytes + static_cast<size_t>(n * k));  // an int8 per element, and more
+
+  std::vector<uint8_t> v2(v2_bytes), v2s(v2_sbytes);
+  a4w4_tensor hb = tensor((void*)b.data.data(), A4W4_DTYPE_E2M1, n, k, k, cpu);
+  a4w4_tensor hbs = tensor((void*)b.scales.data(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, cpu);
+  a4w4_tensor hpw = tensor(v2.data(), A4W4_DTYPE_E2M1, n, k, 0, cpu);
+  a4w4_tensor hps = tensor(v2s.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, cpu);
+  hpw.layout = hps.layout = A4W4_LAYOUT_PREPARED_V2;
+  ASSERT_EQ(a4w4_prepare_weight(ctx_, &hb, &hbs, &hpw, &hps, nullptr), A4W4_SUCCESS);
+
+  // The CPU backend refuses to make it and writes nothing.
+  std::vector<uint8_t> host(wbytes, 0x5A), host_scales(sbytes, 0x5A);
+  hpw = tensor(host.data(), A4W4_DTYPE_E2M1, n, k, 0, cpu);
+  hps = tensor(host_scales.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, cpu);
+  hpw.layout = hps.layout = A4W4_LAYOUT_PREPARED_V2_INT8;
+  EXPECT_EQ(a4w4_prepare_weight(ctx_, &hb, &hbs, &hpw, &hps, nullptr),
+            A4W4_ERROR_UNSUPPORTED_LAYOUT);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("CUDA"), std::string::npos)
+      << a4w4_last_error_message();
+  EXPECT_EQ(host, std::vector<uint8_t>(wbytes, 0x5A));
+
+  DeviceBuffer gb(b.data.size()), gbs(b.scales.size()), gpw(wbytes), gps(sbytes);
+  gb.upload(b.data), gbs.upload(b.scales);
+  const a4w4_tensor tb = tensor(gb.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+  const a4w4_tensor tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+  a4w4_tensor tpw = tensor(gpw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
+  a4w4_tensor tps = tensor(gps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
+  tpw.layout = tps.layout = A4W4_LAYOUT_PREPARED_V2_INT8;
+  std::vector<uint8_t> first;
+  for (int fill : {0xA5, 0x3C}) {
+    ASSERT_EQ(cudaMemset(gpw.get(), fill, wbytes), cudaSuccess);
+    ASSERT_EQ(a4w4_prepare_weight(ctx_, &tb, &tbs, &tpw, &tps, nullptr), A4W4_SUCCESS)
+        << a4w4_last_error_message();
+    const std::vector<uint8_t> got = gpw.download<uint8_t>(wbytes);
+    EXPECT_TRUE(std::equal(v2.begin(), v2.end(), got.begin())) << "the version-2 part differs";
+    EXPECT_EQ(gps.download<uint8_t>(sbytes), v2s);
+    if (first.empty()) {
+      first = got;
+    } else {
+      EXPECT_EQ(got, first) << "prepared bytes depend on what the buffer held";
+    }
+  }
+
+  // A mixed pair (int8-prepared data, version-2 scales) is refused.
+  a4w4_tensor mixed_scales = tps;
+  mixed_scales.layout = A4W4_LAYOUT_PREPARED_V2;
+  const Packed a = random_packed(rng_, m, k, 0, kFoldScales, 0.0);
+  DeviceBuffer ga(a.data.size()), gas(a.scales.size()), gd(m * n * 4);
+  ga.upload(a.data), gas.upload(a.scales);
+  const a4w4_tensor ta = tensor(ga.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+  const a4w4_tensor tas = tensor(gas.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+  const a4w4_tensor td = tensor(gd.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+  EXPECT_EQ(
+      a4w4_gemm(ctx_, &ta, &tas, &tpw, &mixed_scales, nullptr, nullptr, &td, nullptr, nullptr),
+      A4W4_ERROR_UNSUPPORTED_LAYOUT);
+  EXPECT_NE(std::string(a4w4_last_error_message()).find("A4W4_LAYOUT_PREPARED_V2_INT8"),
+            std::string::npos)
+      << a4w4_last_error_message();
+
+  // The CPU backend reads a host copy as version 2: the same D as the plain B.
+  host = first;
+  host_scales = v2s;
+  a4w4_gemm_options options;
+  a4w4_gemm_options_init(&options);
+  options.kernel = "cpu.reference";
+  const a4w4_tensor ha = tensor((void*)a.data.data(), A4W4_DTYPE_E2M1, m, k, k, cpu);
+  const a4w4_tensor has = tensor((void*)a.scales.data(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, cpu);
+  std::vector<float> d_plain(m * n), d_prepared(m * n);
+  a4w4_tensor hd = tensor(d_plain.data(), A4W4_DTYPE_F32, m, n, n, cpu);
+  ASSERT_EQ(a4w4_gemm(ctx_, &ha, &has, &hb, &hbs, nullptr, nullptr, &hd, &options, nullptr),
+            A4W4_SUCCESS);
+  hd = tensor(d_prepared.data(), A4W4_DTYPE_F32, m, n, n, cpu);
+  ASSERT_EQ(a4w4_gemm(ctx_, &ha, &has, &hpw, &hps, nullptr, nullptr, &hd, &options, nullptr),
+            A4W4_SUCCESS)
+      << a4w4_last_error_message();
+  EXPECT_EQ(count_mismatches(d_plain, d_prepared, A4W4_DTYPE_F32), 0);
+}
+
+TEST_F(CudaBackend, EveryKernelReadsAnInt8PreparedWeight) {
+  // The kernels that do not read the int8 part read the version-2 part of an
+  // A4W4_LAYOUT_PREPARED_V2_INT8 weight; the int8 family reads the int8 part (with a workspace
+  // holding garbage: nothing of B may come from it). Against the reference.
+  set_garbage_workspace(300, 456, 1024);
+  if (HasFatalFailure()) return;
+  const std::pair<const char*, int64_t> kernels[] = {{"cuda.gemv", 1},
+                                                     {"cuda.gemv", 3},
+                                                     {"cuda.skinny", 8},
+                                                     {"cuda.skinny", 64},
+                                                     {"cuda.skinny", 200},
+                                                     {"cuda.decode", 8},
+                                                     {"cuda.bf16_128x128", 100},
+                                                     {"cuda.bf16_128x256", 130},
+                                                     {"cuda.generic", 40},
+                                                     {"cuda.int8_128x128", 100},
+                                                     {"cuda.int8_128x128", 300},
+                                                     {"cuda.int8_128x192", 300},
+                                                     {nullptr, 2},
+                                                     {nullptr, 48},
+                                                     {nullptr, 256}};
+  for (const auto& [kernel, m] : kernels) {
+    for (int scales : {kTileLocalScales, kFoldMixedScales}) {
+      GemmCase c{m, 456, 1024, A4W4_DTYPE_BF16, m % 2 == 0, true, scales, true, 0, kernel, 0};
+      c.prepared_layout = A4W4_LAYOUT_PREPARED_V2_INT8;
+      run_case(ctx_, rng_, c);
+      if (HasFatalFailure()) return;
+    }
+  }
+  // The int8 kernels give the same bits on either form of the weight (the same staged bytes).
+  const int64_t m = 300, n = 456, k = 1024;
+  const DeviceOperand a(random_packed(rng_, m, k, 0, kFoldMixedScales, 0.0));
+  const DeviceOperand b(random_packed(rng_, n, k, 0, kFoldMixedScales, 0.0));
+  for (const char* kernel : {"cuda.int8_128x128", "cuda.int8_128x192"}) {
+    std::vector<float> d[2];
+    int i = 0;
+    for (a4w4_layout layout : {A4W4_LAYOUT_PREPARED_V2, A4W4_LAYOUT_PREPARED_V2_INT8}) {
+      size_t wbytes = 0, sbytes = 0;
+      ASSERT_EQ(a4w4_prepared_weight_size(n, k, layout, &wbytes, &sbytes), A4W4_SUCCESS);
+      DeviceBuffer pw(wbytes), ps(sbytes), gd(m * n * 4);
+      a4w4_tensor tpw = tensor(pw.get(), A4W4_DTYPE_E2M1, n, k, 0, a4w4_cuda(0));
+      a4w4_tensor tps = tensor(ps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, a4w4_cuda(0));
+      tpw.layout = tps.layout = layout;
+      ASSERT_EQ(a4w4_prepare_weight(ctx_, &b.values, &b.scale, &tpw, &tps, nullptr), A4W4_SUCCESS);
+      const a4w4_tensor td = tensor(gd.get(), A4W4_DTYPE_F32, m, n, n, a4w4_cuda(0));
+      a4w4_gemm_options options;
+      a4w4_gemm_options_init(&options);
+      options.kernel = kernel;
+      ASSERT_EQ(a4w4_gemm(ctx_, &a.values, &a.scale, &tpw, &tps, nullptr, nullptr, &td, &options,
+                          nullptr),
+                A4W4_SUCCESS)
+          << a4w4_last_error_message();
+      d[i++] = gd.download<float>(m * n);
+    }
+    EXPECT_EQ(count_mismatches(d[0], d[1], A4W4_DTYPE_F32), 0) << kernel;
+  }
 }
 
 TEST_F(CudaBackend, AVersion1PreparedBRunsOnTheGenericKernel) {

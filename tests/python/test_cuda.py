@@ -45,16 +45,25 @@ def test_device_tensors_in_and_out_match_the_cpu():
         assert rel(d, ref) < tol
 
 
-@pytest.mark.parametrize("m", [1, 4, 16, 128])
-def test_prepared_weight_on_device(m):
+@pytest.mark.parametrize("layout", ["prepared_v2", "prepared_v2_int8"])
+@pytest.mark.parametrize("m", [1, 4, 16, 128, 300])
+def test_prepared_weight_on_device(m, layout):
     a, a_s = quantized(m, 2048, 2)
     b, b_s = quantized(1024, 2048, 3)
-    pw = a4w4.prepare_weight(b, b_s)
-    assert pw.weight.is_cuda
+    pw = a4w4.prepare_weight(b, b_s, layout=layout)
+    assert pw.weight.is_cuda and pw.layout == layout
     plain = a4w4.gemm(a, a_s, b, b_s, out_dtype=torch.bfloat16)
     prepared = a4w4.gemm(a, a_s, pw, None, out_dtype=torch.bfloat16)
     ref = a4w4.gemm(a.cpu(), a_s.cpu(), b.cpu(), b_s.cpu())
     assert rel(plain, ref) < 4e-3 and rel(prepared, ref) < 4e-3
+    if layout == "prepared_v2_int8":
+        # The int8 kernels read its int8 part (with a workspace for A's staging).
+        ctx = a4w4.Context()
+        buf = torch.empty(a4w4.gemm_workspace_size(m, 1024, 2048), dtype=torch.uint8, device="cuda")
+        ctx.set_workspace(buf)
+        if m > 128:
+            d = a4w4.gemm(a, a_s, pw, None, kernel="cuda.int8_128x128", context=ctx)
+            assert rel(d, ref) < 1e-6
 
 
 def test_staging_kernel_with_a_torch_workspace():
@@ -132,6 +141,24 @@ def test_mxfp4_linear_fast_accumulation():
         y_exact, y_fast = exact(x), fast(x)
         assert rel(y_fast, y_exact) < 1e-3
         assert torch.equal(fast(x), y_fast)
+    finally:
+        ctx.clear_workspace()
+
+
+def test_mxfp4_linear_with_the_int8_weight_form():
+    # prepare_layout "prepared_v2_int8": 300 rows with a workspace run the int8 kernel on the
+    # weight's int8 part; the same result as the version-2 weight (both exact), also compiled.
+    lin, v2 = make_linear(n=1024, k=2048, dtype=torch.float32)
+    int8 = at.MXFP4Linear.from_linear(lin, prepare_layout="prepared_v2_int8")
+    assert "prepared_v2_int8" in repr(int8)
+    ctx = a4w4.default_context()
+    buf = torch.empty(a4w4.gemm_workspace_size(300, 1024, 2048), dtype=torch.uint8, device="cuda")
+    ctx.set_workspace(buf)
+    try:
+        x = torch.randn(300, 2048, device="cuda", generator=torch.Generator("cuda").manual_seed(8))
+        y = int8(x)
+        assert rel(y, v2(x)) < 1e-6
+        assert torch.equal(torch.compile(int8)(x), y)
     finally:
         ctx.clear_workspace()
 

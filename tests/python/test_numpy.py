@@ -126,11 +126,17 @@ def test_split_k_kernels_and_prepared_weight():
         assert rel_err(d, ref) < 1e-6, info.name
     pw = a4w4.prepare_weight(b, b_s)
     assert pw.shape == (40, 1024) and pw.weight.dtype == np.uint8
-    wbytes, sbytes = a4w4._core.prepared_weight_size(40, 1024)
+    wbytes, sbytes = a4w4._core.prepared_weight_size(40, 1024, 2)
     assert pw.weight.nbytes == wbytes and pw.scales.nbytes == sbytes
+    assert pw.layout == "prepared_v2"
     np.testing.assert_array_equal(a4w4.gemm(a, a_s, pw, None), base)
     with pytest.raises(a4w4.InvalidArgumentError):
         a4w4.gemm(a, a_s, pw, b_s)
+    # B's int8 form is made on CUDA devices only; an unknown layout name is refused.
+    with pytest.raises(a4w4.UnsupportedLayoutError, match="CUDA"):
+        a4w4.prepare_weight(b, b_s, layout="prepared_v2_int8")
+    with pytest.raises(a4w4.UnsupportedLayoutError, match="layout"):
+        a4w4.prepare_weight(b, b_s, layout="v3")
 
 
 def test_strided_inputs_are_handled_without_copy():

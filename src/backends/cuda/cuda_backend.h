@@ -35,6 +35,9 @@ void gemm_int8_128x192(const GemmProblem& problem, const ExecConfig& exec);
 // family applicable for the tiles that do not fold).
 std::string gemm_int8_bconv_why_not(const GemmProblem& problem);
 void gemm_int8_bconv_128x128(const GemmProblem& problem, const ExecConfig& exec);
+// Writes the int8 part of a weight prepared as A4W4_LAYOUT_PREPARED_V2_INT8 (problem.prepared
+// holds its version-2 tiles): B staged as the family stages it in a call.
+void prepare_int8_part(const PrepareWeightProblem& problem);
 std::string gemm_generic_why_not(const GemmProblem& problem);
 void gemm_generic(const GemmProblem& problem, const ExecConfig& exec);
 // The skinny family for M <= 64 (gemm_skinny.cu), sm_90a: int8 wgmma with the weights in registers.

@@ -1003,9 +1003,12 @@ std::string gemm_int8_why_not(const GemmProblem& p) {
   if (p.k % 32 != 0) return "K must be a multiple of 32";
   // The staging pass reads a prepared B's tiles in 16-byte pieces and its scales as 4-byte words.
   if (std::string why = tma::sm90_operands_why_not(p, 4); !why.empty()) return why;
+  // Only A is staged where B's int8 form comes with the weight.
   const StagingWorkspace w(p.m, p.n, p.k);
-  if (p.workspace == nullptr || static_cast<int64_t>(p.workspace_bytes) < w.bytes)
-    return "it stages A and B in the context's workspace: needs " + std::to_string(w.bytes) +
+  const int64_t needed = p.b_int8 != nullptr ? w.a.bytes : w.bytes;
+  if (p.workspace == nullptr || static_cast<int64_t>(p.workspace_bytes) < needed)
+    return std::string(p.b_int8 != nullptr ? "it stages A" : "it stages A and B") +
+           " in the context's workspace: needs " + std::to_string(needed) +
            " bytes on CUDA device " + std::to_string(p.device.ordinal) +
            " (a4w4_gemm_workspace_size, a4w4_context_set_workspace), has " +
            std::to_string(p.workspace == nullptr ? 0 : p.workspace_bytes);
@@ -1036,11 +1039,29 @@ std::string gemm_int8_bconv_why_not(const GemmProblem& p) {
 
 namespace {
 
+// The staging pass over A and/or B (a job of no tasks stages nothing), then the summaries of
+// every 128-row block of the operands staged (A's blocks first).
+void stage_operands(a4w4_device device, cudaStream_t stream, const StagingJob& job_a,
+                    const StagingJob& job_b, int64_t k) {
+  // Enough resident CTAs to keep the loads in flight; each loops over groups of 32 tasks.
+  const int64_t ctas = std::min<int64_t>((job_a.tasks + job_b.tasks) / 32,
+                                         int64_t{device_info(device.ordinal).sm_count} * 4);
+  stage_kernel<<<static_cast<unsigned>(ctas), 256, 0, stream>>>(job_a, job_b,
+                                                                static_cast<int>(k / 32));
+  check_launch("stage_kernel");
+  const int64_t row_blocks =
+      (job_a.staged.padded_rows + (job_b.tasks > 0 ? job_b.staged.padded_rows : 0)) / kTileM;
+  summarize_kernel<<<static_cast<unsigned>(row_blocks), 256, 0, stream>>>(job_a.staged,
+                                                                          job_b.staged);
+  check_launch("summarize_kernel");
+}
+
 // One call of the family: the staging pass (A's and B's chunks, A's high blocks folded apart; then
 // the summaries), both GEMM variants, and the bf16 family over the tiles that do not fold where it
 // applies (exact, ~300 TFLOP/s), else the generic exact tile code inside the plain variant
 // (~30 TFLOP/s). kConvert: B is not staged (only its factors and shifts are); the GEMM converts
-// its codes. kTileN: the GEMM's tile width (128, or 192 where the bf16 family applies).
+// its codes. kTileN: the GEMM's tile width (128, or 192 where the bf16 family applies). A weight
+// prepared with its int8 form (p.b_int8) brings B staged: only A is.
 template <bool kConvert, int kTileN>
 void run_family(const GemmProblem& p) {
   DeviceGuard guard(p.device.ordinal);
@@ -1048,23 +1069,19 @@ void run_family(const GemmProblem& p) {
   const StagingWorkspace w(p.m, p.n, p.k);
   auto* base = static_cast<uint8_t*>(p.workspace);
   const StagedOperand a = staged_operand(base, w.a);
-  StagedOperand b = staged_operand(base + w.b_offset, w.b);
+  const bool b_prepared = !kConvert && p.b_int8 != nullptr;
+  // The GEMM only reads B's int8 part (const_cast: the staging job over it has no tasks).
+  StagedOperand b =
+      b_prepared ? staged_operand(const_cast<uint8_t*>(p.b_int8), PreparedInt8Layout(p.n, p.k).b)
+                 : staged_operand(base + w.b_offset, w.b);
   if constexpr (kConvert) {
     b.values = nullptr;  // B: factors and shifts only
   } else {
     b.shifts = nullptr;  // B: staged as int8
   }
   const StagingJob job_a{p.a, a, 0, false, a.padded_rows * a.chunks};
-  const StagingJob job_b{p.b, b, 2, true, b.padded_rows * b.chunks};
-  // Enough resident CTAs to keep the loads in flight; each loops over groups of 32 tasks.
-  const int64_t ctas = std::min<int64_t>((job_a.tasks + job_b.tasks) / 32,
-                                         int64_t{device_info(p.device.ordinal).sm_count} * 4);
-  stage_kernel<<<static_cast<unsigned>(ctas), 256, 0, stream>>>(job_a, job_b,
-                                                                static_cast<int>(p.k / 32));
-  check_launch("stage_kernel");
-  const int64_t row_blocks = (a.padded_rows + b.padded_rows) / kTileM;
-  summarize_kernel<<<static_cast<unsigned>(row_blocks), 256, 0, stream>>>(a, b);
-  check_launch("summarize_kernel");
+  const StagingJob job_b{p.b, b, 2, true, b_prepared ? 0 : b.padded_rows * b.chunks};
+  stage_operands(p.device, stream, job_a, job_b, p.k);
 
   const CUtensorMap map_a = staged_map(a, kTileM);
   // kConvert: B's codes, 128 rows x 64 bytes per K tile (rows and bytes past the end read as 0).
@@ -1103,6 +1120,19 @@ void gemm_int8_128x192(const GemmProblem& p, const ExecConfig&) {
 
 void gemm_int8_bconv_128x128(const GemmProblem& p, const ExecConfig&) {
   run_family<true, 128>(p);
+}
+
+void prepare_int8_part(const PrepareWeightProblem& p) {
+  DeviceGuard guard(p.device.ordinal);
+  const PreparedInt8Layout l(p.n, p.k);
+  const StagedOperand b = staged_operand(p.prepared + l.offset, l.b);
+  // Zeros first, so that the gaps between the parts (alignment) are deterministic too.
+  check_cuda(cudaMemsetAsync(p.prepared + l.offset, 0, static_cast<size_t>(l.b.bytes),
+                             static_cast<cudaStream_t>(p.stream)),
+             "prepare_weight (int8 part)");
+  const StagingJob none{p.b, StagedOperand{}, 0, false, 0};
+  stage_operands(p.device, static_cast<cudaStream_t>(p.stream), none,
+                 StagingJob{p.b, b, 2, true, b.padded_rows * b.chunks}, p.k);
 }
 
 }  // namespace a4w4::cuda
