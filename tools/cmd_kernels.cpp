@@ -71,7 +71,9 @@ void print_problem(const KernelsSettings& s, const std::vector<KernelInfo>& kern
   context.set_backend(s.backend);
   if (!s.tuned.empty()) context.load_tuned(s.tuned);
   const a4w4_device device = memory->device();
-  const bool prepared = s.weights == "prepared";
+  const bool prepared = s.weights != "plain";
+  const a4w4_layout layout =
+      s.weights == "prepared-int8" ? A4W4_LAYOUT_PREPARED_V2_INT8 : A4W4_LAYOUT_PREPARED_V2;
   MxMatrix a{s.m, s.k, std::vector<uint8_t>(static_cast<size_t>(s.m * s.k / 2)),
              std::vector<uint8_t>(static_cast<size_t>(s.m * s.k / 32), 127)};
   MxMatrix b{s.n, s.k, std::vector<uint8_t>(static_cast<size_t>(s.n * s.k / 2)),
@@ -83,13 +85,13 @@ void print_problem(const KernelsSettings& s, const std::vector<KernelInfo>& kern
   a4w4_tensor tbs = mx_scales_tensor(b, memory->upload(b.scales), device);
   if (prepared) {
     size_t wb = 0, sb = 0;
-    check(a4w4_prepared_weight_size(s.n, s.k, A4W4_LAYOUT_PREPARED_V2, &wb, &sb), "--weights");
+    check(a4w4_prepared_weight_size(s.n, s.k, layout, &wb, &sb), "--weights");
     pw.resize(wb);
     ps.resize(sb);
     a4w4_tensor pb = a4w4_tensor_2d(memory->output(pw), A4W4_DTYPE_E2M1, s.n, s.k, s.k, device);
     a4w4_tensor pbs =
         a4w4_tensor_2d(memory->output(ps), A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, device);
-    pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V2;
+    pb.layout = pbs.layout = layout;
     check(a4w4_prepare_weight(context.get(), &tb, &tbs, &pb, &pbs, memory->stream()),
           "a4w4_prepare_weight");
     memory->synchronize();
@@ -147,8 +149,11 @@ void add_kernels_command(CLI::App& app) {
   add_choice_option<a4w4_backend>(*command, "--backend", s->backend,
                                   {{"cpu", A4W4_BACKEND_CPU}, {"cuda", A4W4_BACKEND_CUDA}},
                                   "Problem: backend (default cpu)");
-  command->add_option("--weights", s->weights, "Problem: B plain or prepared (default plain)")
-      ->check(CLI::IsMember({"plain", "prepared"}));
+  command
+      ->add_option("--weights", s->weights,
+                   "Problem: B plain, prepared (version 2) or prepared-int8 (with its int8 form, "
+                   "CUDA only) (default plain)")
+      ->check(CLI::IsMember({"plain", "prepared", "prepared-int8"}));
   command->add_option("--split-k", s->split_k, "Problem: options.split_k (0: automatic)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--tuned", s->tuned, "Problem: load this tuned configuration")
