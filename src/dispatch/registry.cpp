@@ -98,8 +98,9 @@ constexpr std::array kGemmKernels = {
     GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
                false, false, 65, 0, 26.0,
                "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
-               "(version 2; data 16-byte, scales 4-byte aligned); a context workspace of "
-               "a4w4_gemm_workspace_size bytes; K % 32 == 0; M, N, K < 2^31",
+               "(version 2, or with its int8 form: B not staged; data 16-byte, scales 4-byte "
+               "aligned); a context workspace of a4w4_gemm_workspace_size bytes; K % 32 == 0; "
+               "M, N, K < 2^31",
                cuda::gemm_int8_why_not, cuda::gemm_int8_128x128, 0.0, 40.0},
     // The same on 128 x 192 tiles: 13% fewer shared-memory and L2 bytes per MAC (m64n192k32
     // MMAs, 40 KB stages); its tiles that do not fold always go to the bf16 family (K % 64 == 0).
@@ -110,8 +111,9 @@ constexpr std::array kGemmKernels = {
     GemmKernel{"cuda.int8_128x192", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 192, 128, 1,
                false, false, 65, 0, 28.5,
                "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
-               "(version 2; data 16-byte, scales 4-byte aligned); a context workspace of "
-               "a4w4_gemm_workspace_size bytes; K % 64 == 0; M, N, K < 2^31",
+               "(version 2, or with its int8 form: B not staged; data 16-byte, scales 4-byte "
+               "aligned); a context workspace of a4w4_gemm_workspace_size bytes; K % 64 == 0; "
+               "M, N, K < 2^31",
                cuda::gemm_int8_128x192_why_not, cuda::gemm_int8_128x192, 0.0, 43.0},
     // The same exact int8 path staging only A (and B's scales): two more warpgroups convert B's
     // codes into each stage, so no pass writes B as int8 before the GEMM. The converters bound its
