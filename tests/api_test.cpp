@@ -641,9 +641,6 @@ TEST_F(Api, PreparedWeightSizeAndPrepareRejectBadInputs) {
       {"prepared_scale overlaps prepared", A4W4_ERROR_INVALID_ARGUMENT, "prepared_scale",
        [](Prep& p) { p.psd.data = p.pw.data() + 1024; }},
       {"NULL ctx", A4W4_ERROR_INVALID_ARGUMENT, "ctx", [](Prep&) {}},
-      // B's int8 form is made by the CUDA staging pass: not on the CPU backend.
-      {"int8 form on the CPU", A4W4_ERROR_UNSUPPORTED_LAYOUT, "A4W4_LAYOUT_PREPARED_V2_INT8",
-       [](Prep& p) { p.pwd.layout = p.psd.layout = A4W4_LAYOUT_PREPARED_V2_INT8; }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

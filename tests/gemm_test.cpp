@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -81,7 +82,9 @@ PreparedWeight prepare(a4w4_context ctx, const MxOperand& b,
   EXPECT_EQ(a4w4_prepared_weight_size(b.rows(), b.k(), layout, &weight_bytes, &scale_bytes),
             A4W4_SUCCESS)
       << a4w4_last_error_message();
-  EXPECT_EQ(weight_bytes, static_cast<size_t>(tiles(b.rows(), b.k()) * 1024));
+  if (layout != A4W4_LAYOUT_PREPARED_V2_INT8) {
+    EXPECT_EQ(weight_bytes, static_cast<size_t>(tiles(b.rows(), b.k()) * 1024));
+  }
   EXPECT_EQ(scale_bytes, static_cast<size_t>(tiles(b.rows(), b.k()) * 64));
   out.values.assign(weight_bytes + 64, kPoison);
   out.scales.assign(scale_bytes + 64, kPoison);
@@ -664,6 +667,148 @@ TEST_F(Gemm, PreparedLayoutsHoldTheDocumentedBytes) {
       ASSERT_EQ(i % 2 == 0 ? got & 0xF : got >> 4, codes[i]) << "element slot " << i;
     }
     for (size_t i = 0; i < scales.size(); ++i) ASSERT_EQ(p.scales[i], scales[i]) << "scale " << i;
+  }
+}
+
+TEST_F(Gemm, Int8WeightFormHoldsTheDocumentedValues) {
+  // docs/weight-layout.md's A4W4_LAYOUT_PREPARED_V2_INT8, made on the CPU and re-derived here
+  // from the documentation alone: version 2's bytes, then (each part 256-byte aligned) the int8
+  // values, factors, summaries, block summaries and chunk verdicts. 300 rows (three 128-row
+  // blocks, the last partial, rows padded to 384), K = 1056 (9 K tiles: two chunks, the second of
+  // one tile, whose block is the only one of its tile). Scales: row base 100..150 + 0..3 (folds),
+  // rows r % 5 == 1 drifting 4 binades per tile (tiles fold, chunks do not), rows r % 7 == 3 with
+  // one tile spread over 5 binades (does not fold), rows r % 11 == 4 with a NaN block.
+  std::mt19937_64 rng(2912);
+  const int64_t n = 300, k = 1056, blocks = k / 32, k_tiles = 9, chunks = 2, padded_rows = 384;
+  const int64_t k128 = k_tiles * 128;
+  MxOperand b = random_mx(rng, n, k, {120, 120, 0.0});
+  std::uniform_int_distribution<int> base_of(100, 150), near(0, 3);
+  for (int64_t r = 0; r < n; ++r) {
+    const int base = base_of(rng);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      int s = base + near(rng) + (r % 5 == 1 ? 4 * static_cast<int>(blk / 4 % 2) : 0);
+      if (r % 7 == 3 && blk == 9) s = base + 5;
+      if (r % 11 == 4 && blk == 20) s = 0xFF;
+      b.scales.set_byte(r, blk, static_cast<uint8_t>(s));
+    }
+  }
+  const PreparedWeight v2 = prepare(ctx_, b, A4W4_LAYOUT_PREPARED_V2);
+  const PreparedWeight w = prepare(ctx_, b, A4W4_LAYOUT_PREPARED_V2_INT8);
+  const auto up = [](int64_t x) { return (x + 255) / 256 * 256; };
+  const int64_t v2_bytes = tiles(n, k) * 1024;
+  const int64_t values = up(v2_bytes), factors = values + up(n * k128),
+                summaries = factors + up(k_tiles * padded_rows * 4),
+                block_summaries = summaries + up(chunks * n * 4),
+                verdicts = block_summaries + up(padded_rows / 128 * 4),
+                end = verdicts + up(padded_rows / 128 * chunks * 4);
+  ASSERT_EQ(w.values.size(), static_cast<size_t>(end + 64));  // + prepare()'s poison
+  EXPECT_TRUE(std::equal(v2.values.begin(), v2.values.begin() + v2_bytes, w.values.begin()));
+  EXPECT_EQ(w.scales, v2.scales);
+  const auto word = [&](int64_t offset) {
+    uint32_t x;
+    std::memcpy(&x, &w.values[static_cast<size_t>(offset)], 4);
+    return x;
+  };
+  const auto slot = [](int64_t r) {
+    return (r & ~int64_t{15}) | ((r >> 1) & 3) << 2 | ((r >> 3) & 1) << 1 | (r & 1);
+  };
+  const double e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  int64_t folded_tiles = 0, unfolded_tiles = 0, mixed_chunks = 0;
+  std::vector<uint32_t> row_words(static_cast<size_t>(chunks * n));
+  for (int64_t r = 0; r < padded_rows; ++r) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t first = 8 * c, last = std::min(k_tiles, first + 8);
+      // A tile's scales: its blocks, those past K repeating its first block.
+      const auto scale = [&](int64_t t, int64_t j) {
+        const int64_t blk = 4 * t + j < blocks ? 4 * t + j : 4 * t;
+        return static_cast<int>(b.scales.byte(r, blk));
+      };
+      int chunk_lo = 255, chunk_hi = 0;
+      std::vector<int> lo(9), hi(9);
+      for (int64_t t = first; t < last && r < n; ++t) {
+        lo[t] = 255, hi[t] = 0;
+        for (int64_t j = 0; j < 4; ++j)
+          lo[t] = std::min(lo[t], scale(t, j)), hi[t] = std::max(hi[t], scale(t, j));
+        chunk_lo = std::min(chunk_lo, lo[t]), chunk_hi = std::max(chunk_hi, hi[t]);
+      }
+      const auto folds = [](int l, int h) { return h - l <= 3 && l <= 251; };
+      const bool uniform = folds(chunk_lo, chunk_hi);
+      int bad = 0, base_lo = 255, base_hi = 0;
+      for (int64_t t = first; t < last; ++t) {
+        float factor;
+        std::memcpy(&factor,
+                    &w.values[static_cast<size_t>(factors + 4 * (t * padded_rows + slot(r)))], 4);
+        if (r >= n) {
+          EXPECT_EQ(factor, 1.0f) << "padding row " << r;
+          continue;
+        }
+        const int base = uniform ? chunk_lo : lo[t];
+        const bool ok = uniform || folds(lo[t], hi[t]);
+        bad |= ok ? 0 : 1, base_lo = std::min(base_lo, base), base_hi = std::max(base_hi, base);
+        ASSERT_EQ(factor, std::ldexp(1.0f, base - 129)) << "row " << r << " tile " << t;
+        (ok ? folded_tiles : unfolded_tiles) += 1;
+        for (int64_t e = 128 * t; e < 128 * t + 128; ++e) {
+          const auto v = static_cast<int8_t>(w.values[static_cast<size_t>(values + r * k128 + e)]);
+          if (e >= k) {
+            ASSERT_EQ(v, 0) << "past K";
+            continue;
+          }
+          const uint8_t code = b.values.code(r, e);
+          const double x = (code & 8 ? -1 : 1) * e2m1[code & 7];
+          // Folded: value * factor * 2 is the element; otherwise the value is 2 * E2M1 unshifted.
+          if (ok)
+            ASSERT_EQ(v * static_cast<double>(factor) * 2,
+                      x * std::ldexp(1.0, scale(t, (e % 128) / 32) - 127))
+                << "row " << r << " element " << e;
+          else
+            ASSERT_EQ(v, 2 * x) << "row " << r << " element " << e;
+        }
+      }
+      if (r >= n) continue;
+      mixed_chunks += uniform ? 0 : 1;
+      const uint32_t expected =
+          static_cast<uint32_t>((uniform ? 0 : 1) << 17 | bad << 16 | base_hi << 8 | base_lo);
+      row_words[static_cast<size_t>(c * n + r)] = expected;
+      ASSERT_EQ(word(summaries + 4 * (c * n + r)), expected) << "row " << r << " chunk " << c;
+    }
+  }
+  EXPECT_GT(folded_tiles, 0);
+  EXPECT_GT(unfolded_tiles, 0);
+  EXPECT_GT(mixed_chunks, 0);
+  for (int64_t blk = 0; blk < padded_rows / 128; ++blk) {
+    uint32_t bad = 0, lo = 255, hi = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      uint32_t mixed = 0;
+      for (int64_t r = 128 * blk; r < std::min(n, 128 * blk + 128); ++r) {
+        const uint32_t x = row_words[static_cast<size_t>(c * n + r)];
+        bad |= x >> 16 & 1, mixed |= x >> 17 & 1;
+        lo = std::min(lo, x & 0xFF), hi = std::max(hi, x >> 8 & 0xFF);
+      }
+      EXPECT_EQ(word(verdicts + 4 * (blk * chunks + c)), mixed ? 0u : 1u) << blk << " " << c;
+    }
+    EXPECT_EQ(word(block_summaries + 4 * blk), bad << 16 | hi << 8 | lo) << "block " << blk;
+  }
+
+  // A GEMM on it gives the version-2 weight's result, bit for bit, on every CPU kernel.
+  const MxOperand a = random_mx(rng, 5, k, {118, 130, 0.0});
+  for (const char* kernel : {"cpu.reference", "cpu.gemm_scalar"}) {
+    SCOPED_TRACE(kernel);
+    HostTensor d2 = HostTensor::matrix(A4W4_DTYPE_F32, 5, n),
+               d8 = HostTensor::matrix(A4W4_DTYPE_F32, 5, n);
+    a4w4_gemm_options options;
+    a4w4_gemm_options_init(&options);
+    options.kernel = kernel;
+    const a4w4_tensor ad = a.values.desc(), asd = a.scales.desc();
+    const a4w4_tensor dd2 = d2.desc(), dd8 = d8.desc();
+    ASSERT_EQ(a4w4_gemm(ctx_, &ad, &asd, &v2.values_desc, &v2.scales_desc, nullptr, nullptr, &dd2,
+                        &options, nullptr),
+              A4W4_SUCCESS)
+        << a4w4_last_error_message();
+    ASSERT_EQ(a4w4_gemm(ctx_, &ad, &asd, &w.values_desc, &w.scales_desc, nullptr, nullptr, &dd8,
+                        &options, nullptr),
+              A4W4_SUCCESS)
+        << a4w4_last_error_message();
+    EXPECT_EQ(d2.bytes(), d8.bytes());
   }
 }
 

@@ -152,7 +152,7 @@ void add_kernels_command(CLI::App& app) {
   command
       ->add_option("--weights", s->weights,
                    "Problem: B plain, prepared (version 2) or prepared-int8 (with its int8 form, "
-                   "CUDA only) (default plain)")
+                   "2.9x the bytes) (default plain)")
       ->check(CLI::IsMember({"plain", "prepared", "prepared-int8"}));
   command->add_option("--split-k", s->split_k, "Problem: options.split_k (0: automatic)")
       ->check(CLI::NonNegativeNumber);

@@ -140,26 +140,30 @@ typedef struct a4w4_device {
 /* Memory layouts of a tensor's data. Plain is strided row-major as the shape/strides describe.
    Other values name layouts produced by a4w4 itself (e.g. pre-shuffled weights), versioned so a
    plain tensor is never taken for a prepared one, nor the reverse. */
-typedef A4W4_ENUM(a4w4_layout){
-    A4W4_LAYOUT_PLAIN = 0,
-    /* A GEMM weight (B, [N, K] E2M1) or its scales ([N, K/32] E8M0) as rearranged by
-       a4w4_prepare_weight, version 1: tiles of 16 rows x 128 K laid out in the order the CUDA
-       decode kernels load them (docs/weight-layout.md). Shape stays the logical [N, K] / [N, K/32];
-       strides are ignored; the buffer sizes come from a4w4_prepared_weight_size. */
-    A4W4_LAYOUT_PREPARED_V1 = 1,
-    /* Version 2: the same tiles and scales, each tile holding its 16 rows' 64 bytes row after row.
-       The layout every CUDA kernel reads fastest; prefer it for new code. Version 1 stays readable
-       by every backend (the CUDA fast kernels read version 2 only: a version-1 B runs on
-       cuda.generic). */
-    A4W4_LAYOUT_PREPARED_V2 = 2,
-    /* Version 2 with B's int8 form kept: the weight buffer holds version 2's tiles, then B folded
-       into int8 as the int8 tensor-core kernels (cuda.int8_128x128, cuda.int8_128x192) stage it in
-       every call, with its per-tile factors and fold summaries (docs/weight-layout.md). Those
-       kernels then skip B's staging, and take M from 129 rows; every other kernel reads the
-       version-2 part. The weight buffer is about 2.9x version 2's (int8 per element beside the
-       4-bit codes: still 0.77x bf16's bytes); the scales are version 2's. Made on a CUDA device
-       only. */
-    A4W4_LAYOUT_PREPARED_V2_INT8 = 3} a4w4_layout;
+/* clang-format misreads the A4W4_ENUM macro: */
+/* clang-format off */
+typedef A4W4_ENUM(a4w4_layout) {
+  A4W4_LAYOUT_PLAIN = 0,
+  /* A GEMM weight (B, [N, K] E2M1) or its scales ([N, K/32] E8M0) as rearranged by
+     a4w4_prepare_weight, version 1: tiles of 16 rows x 128 K laid out in the order the CUDA decode
+     kernels load them (docs/weight-layout.md). Shape stays the logical [N, K] / [N, K/32]; strides
+     are ignored; the buffer sizes come from a4w4_prepared_weight_size. */
+  A4W4_LAYOUT_PREPARED_V1 = 1,
+  /* Version 2: the same tiles and scales, each tile holding its 16 rows' 64 bytes row after row.
+     The layout every CUDA kernel reads fastest; prefer it for new code. Version 1 stays readable
+     by every backend (the CUDA fast kernels read version 2 only: a version-1 B runs on
+     cuda.generic). */
+  A4W4_LAYOUT_PREPARED_V2 = 2,
+  /* Version 2 with B's int8 form kept, for prefill-sized batches: the weight buffer holds version
+     2's tiles, then B folded into int8 as the int8 tensor-core kernels (cuda.int8_128x128,
+     cuda.int8_128x192) stage it in every call, with its per-tile factors and fold summaries
+     (docs/weight-layout.md). Those kernels then skip B's staging; every other kernel, and the
+     CPU backend, reads the version-2 part. The weight buffer is about 2.9x version 2's (an int8
+     per element beside the 4-bit codes: 0.77x bf16's bytes); the scales are version 2's. Made by
+     either backend, to the same bytes. */
+  A4W4_LAYOUT_PREPARED_V2_INT8 = 3
+} a4w4_layout;
+/* clang-format on */
 
 #define A4W4_MAX_RANK 8
 
@@ -373,9 +377,8 @@ A4W4_API a4w4_status a4w4_prepared_weight_size(int64_t n, int64_t k, a4w4_layout
    (shape [N, K]) and prepared_scale (shape [N, K/32]), both in the prepared layout their
    descriptors name (A4W4_LAYOUT_PREPARED_V2, _V2_INT8 or _V1), whose buffers hold at least
    a4w4_prepared_weight_size bytes. Prepare once at load time; a4w4_gemm then takes
-   (prepared, prepared_scale) as B. Padding is written too. A4W4_LAYOUT_PREPARED_V2_INT8 is made
-   on CUDA devices only (A4W4_ERROR_UNSUPPORTED_LAYOUT on the CPU backend; the CPU backend reads
-   such a weight's version-2 part). */
+   (prepared, prepared_scale) as B. Padding (and for A4W4_LAYOUT_PREPARED_V2_INT8 the gaps
+   between its parts) is written too: the bytes depend on b and b_scale only, on either backend. */
 A4W4_API a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
                                          const a4w4_tensor* b_scale, const a4w4_tensor* prepared,
                                          const a4w4_tensor* prepared_scale, void* stream);

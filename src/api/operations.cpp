@@ -381,11 +381,6 @@ a4w4_status a4w4_prepare_weight(a4w4_context ctx, const a4w4_tensor* b,
     const MatrixView* views[] = {&bv, &bsv, &pv, &psv};
     const a4w4_device device = common_device(views);
     const a4w4_backend backend = resolve_backend(context, device);
-    if (backend == A4W4_BACKEND_CPU && pv.layout == A4W4_LAYOUT_PREPARED_V2_INT8)
-      fail(A4W4_ERROR_UNSUPPORTED_LAYOUT,
-           "prepared: A4W4_LAYOUT_PREPARED_V2_INT8 is made on a CUDA device (its int8 part is "
-           "the CUDA int8 kernels' staging of B); prepare a CUDA copy of b, or use "
-           "A4W4_LAYOUT_PREPARED_V2 on the CPU");
     for (const MatrixView* out : {&pv, &psv}) {
       expect_disjoint(*out, bv);
       expect_disjoint(*out, bsv);

@@ -1441,95 +1441,99 @@ void CudaBackend::expect_prepared_weight_matches_the_cpu(a4w4_layout layout) {
 }
 
 TEST_F(CudaBackend, AnInt8PreparedWeightHoldsVersion2AndItsInt8Form) {
-  // A4W4_LAYOUT_PREPARED_V2_INT8: its first bytes and its scales are version 2's (the CPU's
-  // version-2 bytes), the rest is deterministic (prepared twice over different garbage: the same
-  // bytes, alignment gaps included); the CPU backend does not make it (refused, nothing written)
-  // but reads a host copy as version 2 (the same D, bit for bit, as the plain B on cpu.reference).
+  // A4W4_LAYOUT_PREPARED_V2_INT8 made on the GPU (the staging pass) and on the CPU (its host
+  // port, checked against the documentation by Gemm.Int8WeightFormHoldsTheDocumentedValues): the
+  // same bytes, alignment gaps included, over garbage-filled buffers; the first bytes and the
+  // scales are version 2's; preparing twice gives the same bytes; the CPU backend reads a host copy
+  // as version 2 (the same D, bit for bit, as the plain B on cpu.reference). Ragged N and K, tiles
+  // that fold, chunks that do not, tiles that do not fold (kFoldMixedScales and kFoldDriftScales).
   const a4w4_device cpu = a4w4_cpu(), gpu = a4w4_cuda(0);
-  const int64_t m = 3, n = 77, k = 416;  // neither a multiple of the 16 x 128 tile
-  const Packed b = random_packed(rng_, n, k, 0, kFoldMixedScales, 0.0);
-  size_t v2_bytes = 0, wbytes = 0, sbytes = 0, v2_sbytes = 0;
-  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &v2_bytes, &v2_sbytes),
-            A4W4_SUCCESS);
-  ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2_INT8, &wbytes, &sbytes),
-            A4W4_SUCCESS);
-  EXPECT_EQ(sbytes, v2_sbytes);
-  EXPECT_GT(wbytes, v2_bytes + static_cast<size_t>(n * k));  // an int8 per element, and more
+  for (int scales : {kFoldMixedScales, kFoldDriftScales}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{77, 416}, {300, 2336}}) {
+      SCOPED_TRACE("scales " + std::to_string(scales) + " n " + std::to_string(n) + " k " +
+                   std::to_string(k));
+      const int64_t m = 3;
+      const Packed b = random_packed(rng_, n, k, 0, scales, 0.0);
+      size_t v2_bytes = 0, wbytes = 0, sbytes = 0, v2_sbytes = 0;
+      ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2, &v2_bytes, &v2_sbytes),
+                A4W4_SUCCESS);
+      ASSERT_EQ(a4w4_prepared_weight_size(n, k, A4W4_LAYOUT_PREPARED_V2_INT8, &wbytes, &sbytes),
+                A4W4_SUCCESS);
+      EXPECT_EQ(sbytes, v2_sbytes);
+      EXPECT_GT(wbytes, v2_bytes + static_cast<size_t>(n * k));  // an int8 per element, and more
 
-  std::vector<uint8_t> v2(v2_bytes), v2s(v2_sbytes);
-  a4w4_tensor hb = tensor((void*)b.data.data(), A4W4_DTYPE_E2M1, n, k, k, cpu);
-  a4w4_tensor hbs = tensor((void*)b.scales.data(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, cpu);
-  a4w4_tensor hpw = tensor(v2.data(), A4W4_DTYPE_E2M1, n, k, 0, cpu);
-  a4w4_tensor hps = tensor(v2s.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, cpu);
-  hpw.layout = hps.layout = A4W4_LAYOUT_PREPARED_V2;
-  ASSERT_EQ(a4w4_prepare_weight(ctx_, &hb, &hbs, &hpw, &hps, nullptr), A4W4_SUCCESS);
+      // On the CPU: version 2, then the int8 form.
+      const a4w4_tensor hb = tensor((void*)b.data.data(), A4W4_DTYPE_E2M1, n, k, k, cpu);
+      const a4w4_tensor hbs =
+          tensor((void*)b.scales.data(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, cpu);
+      std::vector<uint8_t> v2(v2_bytes), v2s(v2_sbytes), host(wbytes, 0x5A), host_scales(sbytes);
+      a4w4_tensor hpw = tensor(v2.data(), A4W4_DTYPE_E2M1, n, k, 0, cpu);
+      a4w4_tensor hps = tensor(v2s.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, cpu);
+      hpw.layout = hps.layout = A4W4_LAYOUT_PREPARED_V2;
+      ASSERT_EQ(a4w4_prepare_weight(ctx_, &hb, &hbs, &hpw, &hps, nullptr), A4W4_SUCCESS);
+      hpw = tensor(host.data(), A4W4_DTYPE_E2M1, n, k, 0, cpu);
+      hps = tensor(host_scales.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, cpu);
+      hpw.layout = hps.layout = A4W4_LAYOUT_PREPARED_V2_INT8;
+      ASSERT_EQ(a4w4_prepare_weight(ctx_, &hb, &hbs, &hpw, &hps, nullptr), A4W4_SUCCESS)
+          << a4w4_last_error_message();
+      EXPECT_TRUE(std::equal(v2.begin(), v2.end(), host.begin())) << "the version-2 part differs";
+      EXPECT_EQ(host_scales, v2s);
 
-  // The CPU backend refuses to make it and writes nothing.
-  std::vector<uint8_t> host(wbytes, 0x5A), host_scales(sbytes, 0x5A);
-  hpw = tensor(host.data(), A4W4_DTYPE_E2M1, n, k, 0, cpu);
-  hps = tensor(host_scales.data(), A4W4_DTYPE_E8M0, n, k / 32, 0, cpu);
-  hpw.layout = hps.layout = A4W4_LAYOUT_PREPARED_V2_INT8;
-  EXPECT_EQ(a4w4_prepare_weight(ctx_, &hb, &hbs, &hpw, &hps, nullptr),
-            A4W4_ERROR_UNSUPPORTED_LAYOUT);
-  EXPECT_NE(std::string(a4w4_last_error_message()).find("CUDA"), std::string::npos)
-      << a4w4_last_error_message();
-  EXPECT_EQ(host, std::vector<uint8_t>(wbytes, 0x5A));
+      // On the GPU, twice, over different garbage: the CPU's bytes each time.
+      DeviceBuffer gb(b.data.size()), gbs(b.scales.size()), gpw(wbytes), gps(sbytes);
+      gb.upload(b.data), gbs.upload(b.scales);
+      const a4w4_tensor tb = tensor(gb.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
+      const a4w4_tensor tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
+      a4w4_tensor tpw = tensor(gpw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
+      a4w4_tensor tps = tensor(gps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
+      tpw.layout = tps.layout = A4W4_LAYOUT_PREPARED_V2_INT8;
+      for (int fill : {0xA5, 0x3C}) {
+        ASSERT_EQ(cudaMemset(gpw.get(), fill, wbytes), cudaSuccess);
+        ASSERT_EQ(a4w4_prepare_weight(ctx_, &tb, &tbs, &tpw, &tps, nullptr), A4W4_SUCCESS)
+            << a4w4_last_error_message();
+        const std::vector<uint8_t> got = gpw.download<uint8_t>(wbytes);
+        size_t first_difference = wbytes;
+        for (size_t i = 0; i < wbytes && first_difference == wbytes; ++i)
+          if (got[i] != host[i]) first_difference = i;
+        EXPECT_EQ(first_difference, wbytes)
+            << "GPU and CPU bytes differ first at " << first_difference;
+        EXPECT_EQ(gps.download<uint8_t>(sbytes), v2s);
+      }
 
-  DeviceBuffer gb(b.data.size()), gbs(b.scales.size()), gpw(wbytes), gps(sbytes);
-  gb.upload(b.data), gbs.upload(b.scales);
-  const a4w4_tensor tb = tensor(gb.get(), A4W4_DTYPE_E2M1, n, k, k, gpu);
-  const a4w4_tensor tbs = tensor(gbs.get(), A4W4_DTYPE_E8M0, n, k / 32, k / 32, gpu);
-  a4w4_tensor tpw = tensor(gpw.get(), A4W4_DTYPE_E2M1, n, k, 0, gpu);
-  a4w4_tensor tps = tensor(gps.get(), A4W4_DTYPE_E8M0, n, k / 32, 0, gpu);
-  tpw.layout = tps.layout = A4W4_LAYOUT_PREPARED_V2_INT8;
-  std::vector<uint8_t> first;
-  for (int fill : {0xA5, 0x3C}) {
-    ASSERT_EQ(cudaMemset(gpw.get(), fill, wbytes), cudaSuccess);
-    ASSERT_EQ(a4w4_prepare_weight(ctx_, &tb, &tbs, &tpw, &tps, nullptr), A4W4_SUCCESS)
-        << a4w4_last_error_message();
-    const std::vector<uint8_t> got = gpw.download<uint8_t>(wbytes);
-    EXPECT_TRUE(std::equal(v2.begin(), v2.end(), got.begin())) << "the version-2 part differs";
-    EXPECT_EQ(gps.download<uint8_t>(sbytes), v2s);
-    if (first.empty()) {
-      first = got;
-    } else {
-      EXPECT_EQ(got, first) << "prepared bytes depend on what the buffer held";
+      // A mixed pair (int8-form data, version-2 scales) is refused, by name.
+      a4w4_tensor mixed_scales = tps;
+      mixed_scales.layout = A4W4_LAYOUT_PREPARED_V2;
+      const Packed a = random_packed(rng_, m, k, 0, kFoldScales, 0.0);
+      DeviceBuffer ga(a.data.size()), gas(a.scales.size()), gd(m * n * 4);
+      ga.upload(a.data), gas.upload(a.scales);
+      const a4w4_tensor ta = tensor(ga.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
+      const a4w4_tensor tas = tensor(gas.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
+      const a4w4_tensor td = tensor(gd.get(), A4W4_DTYPE_F32, m, n, n, gpu);
+      EXPECT_EQ(
+          a4w4_gemm(ctx_, &ta, &tas, &tpw, &mixed_scales, nullptr, nullptr, &td, nullptr, nullptr),
+          A4W4_ERROR_UNSUPPORTED_LAYOUT);
+      EXPECT_NE(std::string(a4w4_last_error_message()).find("A4W4_LAYOUT_PREPARED_V2_INT8"),
+                std::string::npos)
+          << a4w4_last_error_message();
+
+      // The CPU backend reads the host copy as version 2: the same D as the plain B.
+      a4w4_gemm_options options;
+      a4w4_gemm_options_init(&options);
+      options.kernel = "cpu.reference";
+      const a4w4_tensor ha = tensor((void*)a.data.data(), A4W4_DTYPE_E2M1, m, k, k, cpu);
+      const a4w4_tensor has =
+          tensor((void*)a.scales.data(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, cpu);
+      std::vector<float> d_plain(m * n), d_prepared(m * n);
+      a4w4_tensor hd = tensor(d_plain.data(), A4W4_DTYPE_F32, m, n, n, cpu);
+      ASSERT_EQ(a4w4_gemm(ctx_, &ha, &has, &hb, &hbs, nullptr, nullptr, &hd, &options, nullptr),
+                A4W4_SUCCESS);
+      hd = tensor(d_prepared.data(), A4W4_DTYPE_F32, m, n, n, cpu);
+      ASSERT_EQ(a4w4_gemm(ctx_, &ha, &has, &hpw, &hps, nullptr, nullptr, &hd, &options, nullptr),
+                A4W4_SUCCESS)
+          << a4w4_last_error_message();
+      EXPECT_EQ(count_mismatches(d_plain, d_prepared, A4W4_DTYPE_F32), 0);
     }
   }
-
-  // A mixed pair (int8-prepared data, version-2 scales) is refused.
-  a4w4_tensor mixed_scales = tps;
-  mixed_scales.layout = A4W4_LAYOUT_PREPARED_V2;
-  const Packed a = random_packed(rng_, m, k, 0, kFoldScales, 0.0);
-  DeviceBuffer ga(a.data.size()), gas(a.scales.size()), gd(m * n * 4);
-  ga.upload(a.data), gas.upload(a.scales);
-  const a4w4_tensor ta = tensor(ga.get(), A4W4_DTYPE_E2M1, m, k, k, gpu);
-  const a4w4_tensor tas = tensor(gas.get(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, gpu);
-  const a4w4_tensor td = tensor(gd.get(), A4W4_DTYPE_F32, m, n, n, gpu);
-  EXPECT_EQ(
-      a4w4_gemm(ctx_, &ta, &tas, &tpw, &mixed_scales, nullptr, nullptr, &td, nullptr, nullptr),
-      A4W4_ERROR_UNSUPPORTED_LAYOUT);
-  EXPECT_NE(std::string(a4w4_last_error_message()).find("A4W4_LAYOUT_PREPARED_V2_INT8"),
-            std::string::npos)
-      << a4w4_last_error_message();
-
-  // The CPU backend reads a host copy as version 2: the same D as the plain B.
-  host = first;
-  host_scales = v2s;
-  a4w4_gemm_options options;
-  a4w4_gemm_options_init(&options);
-  options.kernel = "cpu.reference";
-  const a4w4_tensor ha = tensor((void*)a.data.data(), A4W4_DTYPE_E2M1, m, k, k, cpu);
-  const a4w4_tensor has = tensor((void*)a.scales.data(), A4W4_DTYPE_E8M0, m, k / 32, k / 32, cpu);
-  std::vector<float> d_plain(m * n), d_prepared(m * n);
-  a4w4_tensor hd = tensor(d_plain.data(), A4W4_DTYPE_F32, m, n, n, cpu);
-  ASSERT_EQ(a4w4_gemm(ctx_, &ha, &has, &hb, &hbs, nullptr, nullptr, &hd, &options, nullptr),
-            A4W4_SUCCESS);
-  hd = tensor(d_prepared.data(), A4W4_DTYPE_F32, m, n, n, cpu);
-  ASSERT_EQ(a4w4_gemm(ctx_, &ha, &has, &hpw, &hps, nullptr, nullptr, &hd, &options, nullptr),
-            A4W4_SUCCESS)
-      << a4w4_last_error_message();
-  EXPECT_EQ(count_mismatches(d_plain, d_prepared, A4W4_DTYPE_F32), 0);
 }
 
 TEST_F(CudaBackend, EveryKernelReadsAnInt8PreparedWeight) {

@@ -132,9 +132,13 @@ def test_split_k_kernels_and_prepared_weight():
     np.testing.assert_array_equal(a4w4.gemm(a, a_s, pw, None), base)
     with pytest.raises(a4w4.InvalidArgumentError):
         a4w4.gemm(a, a_s, pw, b_s)
-    # B's int8 form is made on CUDA devices only; an unknown layout name is refused.
-    with pytest.raises(a4w4.UnsupportedLayoutError, match="CUDA"):
-        a4w4.prepare_weight(b, b_s, layout="prepared_v2_int8")
+    # With B's int8 form: version 2's bytes first, read as version 2 on the CPU (same D).
+    p8 = a4w4.prepare_weight(b, b_s, layout="prepared_v2_int8")
+    w8, s8 = a4w4._core.prepared_weight_size(40, 1024, 3)
+    assert p8.layout == "prepared_v2_int8" and p8.weight.nbytes == w8 > 2 * wbytes
+    np.testing.assert_array_equal(p8.weight[:wbytes], pw.weight)
+    np.testing.assert_array_equal(p8.scales, pw.scales)
+    np.testing.assert_array_equal(a4w4.gemm(a, a_s, p8, None), base)
     with pytest.raises(a4w4.UnsupportedLayoutError, match="layout"):
         a4w4.prepare_weight(b, b_s, layout="v3")
 

@@ -10,6 +10,9 @@ void reference_gemm(const GemmProblem& problem, const ExecConfig& exec);
 void reference_quantize(const QuantizeProblem& problem, const ExecConfig& exec);
 void reference_dequantize(const DequantizeProblem& problem, const ExecConfig& exec);
 void prepare_weight(const PrepareWeightProblem& problem, const ExecConfig& exec);
+// The int8 part of a weight prepared as A4W4_LAYOUT_PREPARED_V2_INT8 (prepare_int8.cpp), after its
+// version-2 tiles: the bytes the CUDA staging pass writes.
+void prepare_int8_part(const PrepareWeightProblem& problem, const ExecConfig& exec);
 
 // Row `row` of a packed operand (plain or prepared) as E2M1 codes: codes[k] for k < cols, and its
 // scale bytes scales[b] for b < cols / 32.

@@ -65,6 +65,9 @@ void reference_dequantize(const DequantizeProblem& p, const ExecConfig& exec) {
 
 void prepare_weight(const PrepareWeightProblem& p, const ExecConfig& exec) {
   const int64_t k_tiles = layout::k_tiles(p.k);
+  // A4W4_LAYOUT_PREPARED_V2_INT8: version 2's tiles, then the int8 part.
+  const a4w4_layout tiles =
+      p.layout == A4W4_LAYOUT_PREPARED_V2_INT8 ? A4W4_LAYOUT_PREPARED_V2 : p.layout;
   std::fill_n(p.prepared, layout::prepared_weight_bytes(p.n, p.k), uint8_t{0});
   std::fill_n(p.prepared_scale, layout::prepared_scale_bytes(p.n, p.k), uint8_t{0});
   const int64_t blocks = p.k / numerics::kBlockSize;
@@ -72,11 +75,12 @@ void prepare_weight(const PrepareWeightProblem& p, const ExecConfig& exec) {
   for (int64_t n = 0; n < p.n; ++n) {
     const uint8_t* row = p.b.data + n * p.b.stride_bytes;
     for (int64_t i = 0; i < p.k; i += 2)
-      p.prepared[layout::prepared_weight_offset(p.layout, n, i, k_tiles)] = row[i / 2];
+      p.prepared[layout::prepared_weight_offset(tiles, n, i, k_tiles)] = row[i / 2];
     for (int64_t b = 0; b < blocks; ++b)
       p.prepared_scale[layout::prepared_scale_offset(n, b, k_tiles)] =
           p.b.scale[n * p.b.scale_stride + b];
   }
+  if (p.layout == A4W4_LAYOUT_PREPARED_V2_INT8) prepare_int8_part(p, exec);
 }
 
 }  // namespace a4w4::cpu

@@ -97,14 +97,7 @@ constexpr int kChunkTiles = StagedOperandLayout::kChunkTiles;  // K tiles per ch
 // Named barriers: 0 is __syncthreads; the generic fallback tiles of consumer warpgroups 0 and 1
 // sync on 2 and 3 (persistent::exact_rows).
 
-// Where B's factor of row n lands: a consumer thread with q = lane % 4 needs the columns
-// 8 j + 2 q + {0, 1} of its accumulators; this order puts those of j = 2 jj, 2 jj + 1 in one float4
-// at 16 jj + 4 q, so the 4 addresses of one LDS.128 (q = 0..3) are 64 contiguous bytes (no bank
-// conflicts; kTileN / 16 LDS.128 per step instead of kTileN / 8 LDS.64). It permutes within 16
-// rows, so one staged order serves every tile width.
-__host__ __device__ constexpr int64_t factor_slot(int64_t n) {
-  return (n & ~int64_t{15}) | ((n >> 1) & 3) << 2 | ((n >> 3) & 1) << 1 | (n & 1);
-}
+using fold_rules::factor_slot;
 
 // One operand's staged form in the workspace (dispatch/workspace.h).
 struct StagedOperand {

@@ -15,12 +15,13 @@
 
 #include "backends/cuda/device_common.cuh"
 #include "dispatch/problem.h"
+#include "numerics/int8_fold_rules.h"
 
 namespace a4w4::cuda::fold {
 
 // Largest per-block shift folded into the int8 operands (the magnitude tables, kMagnitudesLo/Hi in
 // device_common.cuh, shifted left by d).
-inline constexpr uint32_t kMaxShift = 3;
+inline constexpr uint32_t kMaxShift = fold_rules::kMaxShift;
 
 // A row's K tile (its 4 scale bytes, block j in byte j) folded relative to its smallest scale: the
 // per-block shifts (one per byte) and whether they all fit kMaxShift with no NaN (0xFF) block.
@@ -87,11 +88,8 @@ struct FastRange {
   }
 };
 
-// fold_row's rule for a row whose scales lie in [lo, hi]: every shift at most kMaxShift, the base
-// at most 0xFF - 1 - kMaxShift (so no block is NaN); an empty range (lo > hi) folds.
-[[maybe_unused]] __device__ __forceinline__ bool range_folds(uint32_t lo, uint32_t hi) {
-  return lo > hi || (hi - lo <= kMaxShift && lo <= 0xFFu - 1 - kMaxShift);
-}
+// fold_row's rule for a row whose scales lie in [lo, hi] (numerics/int8_fold_rules.h).
+using fold_rules::range_folds;
 
 // An int32 sum (|x| < 2^22) as fp32 without the quarter-rate I2F: added to 1.5 * 2^23 it lands
 // exactly on an integer of that binade (cuda.gemv's block sums, whose factors vary per block).
@@ -159,7 +157,7 @@ struct FoldSummary {
     lo = min(lo, word & 0xFFu), hi = max(hi, (word >> 8) & 0xFFu);
   }
   __device__ __forceinline__ uint32_t word() const {
-    return high << 18 | mixed << 17 | bad << 16 | hi << 8 | lo;
+    return fold_rules::summary_word(high, mixed, bad, hi, lo);
   }
   static __device__ __forceinline__ bool has_high(uint32_t word) { return (word >> 18) & 1u; }
 };
