@@ -94,7 +94,11 @@ constexpr std::array kGemmKernels = {
     // launch in the same call (exact, at that family's 128 x 128 rate). H200 (bench/RESULTS.md):
     // where scales fold, 1.4-3.5x the bf16 family from M = 128 (1.3-1.7x cuBLAS bf16 at M >= 4096);
     // with activation outlier channels 1.3-1.5x; where no tile folds, 0.75-0.95x. So the heuristic
-    // takes it wherever it applies (speed 26 against the bf16 kernels' 16 and 14).
+    // takes it wherever it applies (speed 26 against the bf16 kernels' 16 and 14). On a weight
+    // with its int8 form (A4W4_LAYOUT_PREPARED_V2_INT8) it stages A only: H100, session 29, exact,
+    // N = K = 8192: M = 192 50.9 us against cuda.skinny's 68.2, 256 46.5 against 69.7 (fast
+    // accumulation: 51.9), 1024 133 against 169 on version 2; at 128 rows 43.0 against
+    // cuda.skinny's 40.2. Speed 40 there (43 for the 192-wide tiles) ranks it first from 192 rows.
     GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
                false, false, 65, 0, 26.0,
                "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
