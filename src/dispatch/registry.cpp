@@ -97,15 +97,18 @@ constexpr std::array kGemmKernels = {
     // takes it wherever it applies (speed 26 against the bf16 kernels' 16 and 14). On a weight
     // with its int8 form (A4W4_LAYOUT_PREPARED_V2_INT8) it stages A only: H100, session 29, exact,
     // N = K = 8192: M = 192 50.9 us against cuda.skinny's 68.2, 256 46.5 against 69.7 (fast
-    // accumulation: 51.9), 1024 133 against 169 on version 2; at 128 rows 43.0 against
-    // cuda.skinny's 40.2. Speed 40 there (43 for the 192-wide tiles) ranks it first from 192 rows.
+    // accumulation: 51.9), 1024 133 against 169 on version 2; 160 58.2 against cuda.skinny's
+    // 67.9 on the same weight, 160 x 28672 x 8192 200 against 260, 128 x 28672 x 8192 106 against
+    // 129, 128 x 8192 x 28672 110 against 113, but 128 x 8192 x 8192 43.0 against 40.2 (its 64
+    // tiles half-fill the GPU). Speed 58 there (62.4 for the 192-wide tiles, the same ratio as on
+    // a plain B) ranks it first from about 136 rows at N = 8192 and from 128 at N = 28672.
     GemmKernel{"cuda.int8_128x128", A4W4_BACKEND_CUDA, A4W4_KERNEL_PATH_FP8, 128, 128, 128, 1,
                false, false, 65, 0, 26.0,
                "sm_90a; plain A with 16-byte aligned rows; B plain the same way, or prepared "
                "(version 2, or with its int8 form: B not staged; data 16-byte, scales 4-byte "
                "aligned); a context workspace of a4w4_gemm_workspace_size bytes; K % 32 == 0; "
                "M, N, K < 2^31",
-               cuda::gemm_int8_why_not, cuda::gemm_int8_128x128, 0.0, 40.0},
+               cuda::gemm_int8_why_not, cuda::gemm_int8_128x128, 0.0, 58.0},
     // The same on 128 x 192 tiles: 13% fewer shared-memory and L2 bytes per MAC (m64n192k32
     // MMAs, 40 KB stages); its tiles that do not fold always go to the bf16 family (K % 64 == 0).
     // H100 (bench/RESULTS.md, session 22): 8192^3 in 1041 us against 1158-1186 on 128 x 128 tiles,
@@ -118,7 +121,7 @@ constexpr std::array kGemmKernels = {
                "(version 2, or with its int8 form: B not staged; data 16-byte, scales 4-byte "
                "aligned); a context workspace of a4w4_gemm_workspace_size bytes; K % 64 == 0; "
                "M, N, K < 2^31",
-               cuda::gemm_int8_128x192_why_not, cuda::gemm_int8_128x192, 0.0, 43.0},
+               cuda::gemm_int8_128x192_why_not, cuda::gemm_int8_128x192, 0.0, 62.4},
     // The same exact int8 path staging only A (and B's scales): two more warpgroups convert B's
     // codes into each stage, so no pass writes B as int8 before the GEMM. The converters bound its
     // main loop (H200: 1.2-1.8x slower than cuda.int8_128x128 from M = 384, 4-12% faster at
