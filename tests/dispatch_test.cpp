@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/error.h"
@@ -446,6 +447,36 @@ TEST(Heuristic, RanksByTheSpeedOnBsLayout) {
   EXPECT_DOUBLE_EQ(
       a4w4::heuristic_score(kFamilies[0], p, 0, 132),
       a4w4::heuristic_score(kFamilies[0], problem(8, 8192, 8192, 0, a4w4_cuda(0)), 0, 132));
+}
+
+TEST(Heuristic, SendsAnInt8FormWeightToTheInt8KernelsWhereTheyFillTheGpu) {
+  // The registry's metadata (int8_b_speed): on a weight with its int8 form the int8 kernels rank
+  // above cuda.skinny where they measured faster (H100, bench/RESULTS.md session 29: 160 x 8192^2,
+  // 128 x 28672 x 8192, 256 x 8192^2) and below it at 128 x 8192^2 (half the GPU's tiles); on a
+  // version-2 weight cuda.skinny keeps 256 x 8192^2.
+  const GemmKernel* skinny = a4w4::find_gemm_kernel("cuda.skinny");
+  const GemmKernel* int8 = a4w4::find_gemm_kernel("cuda.int8_128x128");
+  if (skinny == nullptr || int8 == nullptr) GTEST_SKIP() << "built without CUDA";
+  const uint8_t int8_part = 0;
+  const auto scores = [&](int64_t m, int64_t n, bool int8_form) {
+    GemmProblem p = problem(m, n, 8192, 0, a4w4_cuda(0));
+    p.b.layout = A4W4_LAYOUT_PREPARED_V2;
+    p.b_int8 = int8_form ? &int8_part : nullptr;
+    return std::make_pair(a4w4::heuristic_score(*int8, p, 0, 132),
+                          a4w4::heuristic_score(*skinny, p, 0, 132));
+  };
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{160, 8192},
+                      {192, 8192},
+                      {256, 8192},
+                      {128, 28672},
+                      {160, 28672}}) {
+    const auto [i8, sk] = scores(m, n, true);
+    EXPECT_GT(i8, sk) << m << "x" << n;
+  }
+  const auto [i8_128, sk_128] = scores(128, 8192, true);
+  EXPECT_LT(i8_128, sk_128);
+  const auto [i8_v2, sk_v2] = scores(256, 8192, false);
+  EXPECT_LT(i8_v2, sk_v2);
 }
 
 TEST(Heuristic, SplitsTallKSmallMnToFillAWave) {
