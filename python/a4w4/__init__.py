@@ -427,9 +427,9 @@ def prepare_weight(
 ) -> PreparedWeight:
     """Rearranges a plain weight b [N, K/2] (packed E2M1) and b_scale [N, K/32] into the
     layout the GEMM kernels load fastest (``layout`` "prepared_v2", docs/weight-layout.md), or
-    that layout with B's int8 form kept ("prepared_v2_int8": the CUDA int8 kernels then
-    skip B's staging from M = 129; about 2.9x the bytes). Prepare once at load time, then pass
-    the result as ``b`` to :func:`gemm`."""
+    that layout with B's int8 form kept ("prepared_v2_int8": the CUDA int8 kernels then skip
+    B's staging for batches from about 128 rows; about 2.9x the bytes). Prepare once at load
+    time, then pass the result as ``b`` to :func:`gemm`."""
     if layout not in _LAYOUTS:
         raise UnsupportedLayoutError(
             f"layout: expected one of {sorted(_LAYOUTS)}, got {layout!r}", 4

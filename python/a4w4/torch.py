@@ -116,8 +116,8 @@ class MXFP4Linear(torch.nn.Module):
     kernel and small ones (M <= 64) convert their activations once per call. ``math_mode``
     "fast_accum" opts into fast accumulation (A4W4_MATH_FAST_ACCUM: error bounded by 2^-5 of the
     sum of |products|, docs/semantics.md; faster on CUDA at 129..256 rows on a prepared weight).
-    ``prepare_layout`` "prepared_v2_int8" keeps the weight's int8 form too (about 2.9x
-    the prepared bytes): batches from 129 rows then skip the weight's staging in every call.
+    ``prepare_layout`` "prepared_v2_int8" keeps the weight's int8 form too (about 2.9x the
+    prepared bytes): batches from about 128 rows then skip the weight's staging in every call.
     """
 
     def __init__(
