@@ -48,10 +48,16 @@ void check_pointers(std::span<const MatrixView* const> views) {
 // A weight prepared with its int8 form (A4W4_LAYOUT_PREPARED_V2_INT8) is read as version 2 by
 // every kernel; the int8 family finds the int8 part through GemmProblem::b_int8.
 PackedOperand packed(const MatrixView& values, const MatrixView& scales) {
-  return PackedOperand{
-      static_cast<const uint8_t*>(values.data), values.row_stride_bytes(),
-      static_cast<const uint8_t*>(scales.data), scales.row_stride,
-      values.layout == A4W4_LAYOUT_PREPARED_V2_INT8 ? A4W4_LAYOUT_PREPARED_V2 : values.layout};
+  return PackedOperand{static_cast<const uint8_t*>(values.data), values.row_stride_bytes(),
+                       static_cast<const uint8_t*>(scales.data), scales.row_stride,
+                       layout::tiles_layout(values.layout)};
+}
+
+// Bytes of a weight prepared in `prepared` (version 1 or 2: its tiles; _V2_INT8: and its int8
+// part).
+int64_t prepared_weight_buffer_bytes(a4w4_layout prepared, int64_t n, int64_t k) {
+  return prepared == A4W4_LAYOUT_PREPARED_V2_INT8 ? PreparedInt8Layout(n, k).bytes
+                                                  : layout::prepared_weight_bytes(n, k);
 }
 
 // Where the int8 part of a weight prepared as A4W4_LAYOUT_PREPARED_V2_INT8 starts; else nullptr.
@@ -93,9 +99,7 @@ std::pair<MatrixView, MatrixView> check_packed(const a4w4_tensor* values, const 
          "a4w4_prepare_weight)",
          name, scale_name, layout_name(v.layout), layout_name(s.layout));
   if (v.layout != A4W4_LAYOUT_PLAIN) {
-    v.prepared_bytes = v.layout == A4W4_LAYOUT_PREPARED_V2_INT8
-                           ? PreparedInt8Layout(v.rows, v.cols).bytes
-                           : layout::prepared_weight_bytes(v.rows, v.cols);
+    v.prepared_bytes = prepared_weight_buffer_bytes(v.layout, v.rows, v.cols);
     s.prepared_bytes = layout::prepared_scale_bytes(v.rows, v.cols);
   }
   return {v, s};
@@ -357,9 +361,7 @@ a4w4_status a4w4_prepared_weight_size(int64_t n, int64_t k, a4w4_layout layout,
       fail(A4W4_ERROR_INVALID_ARGUMENT, "n and k must be in [1, 2^40], got n={} k={}", n, k);
     if (k % 32 != 0)
       fail(A4W4_ERROR_K_NOT_MULTIPLE_OF_32, "k = {} is not a multiple of 32", k);
-    *weight_bytes = static_cast<size_t>(layout == A4W4_LAYOUT_PREPARED_V2_INT8
-                                            ? PreparedInt8Layout(n, k).bytes
-                                            : layout::prepared_weight_bytes(n, k));
+    *weight_bytes = static_cast<size_t>(prepared_weight_buffer_bytes(layout, n, k));
     *scale_bytes = static_cast<size_t>(layout::prepared_scale_bytes(n, k));
   });
 }

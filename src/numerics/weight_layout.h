@@ -43,6 +43,12 @@ A4W4_HOST_DEVICE int64_t prepared_scale_bytes(int64_t n, int64_t k) {
   return row_groups(n) * k_tiles(k) * kTileScaleBytes;
 }
 
+// The layout of a prepared weight's tiles: A4W4_LAYOUT_PREPARED_V2_INT8 holds version 2's tiles
+// (and its int8 part after them).
+A4W4_HOST_DEVICE a4w4_layout tiles_layout(a4w4_layout layout) {
+  return layout == A4W4_LAYOUT_PREPARED_V2_INT8 ? A4W4_LAYOUT_PREPARED_V2 : layout;
+}
+
 // Byte of tile (group, k_tile) where row r = n % 16 of version 2 starts (64 bytes, plain order).
 A4W4_HOST_DEVICE int64_t row_run_offset(int64_t n, int64_t k_tile, int64_t k_tile_count) {
   return ((n / kTileRows) * k_tile_count + k_tile) * kTileBytes + (n % kTileRows) * kRowRunBytes;

@@ -66,8 +66,7 @@ void reference_dequantize(const DequantizeProblem& p, const ExecConfig& exec) {
 void prepare_weight(const PrepareWeightProblem& p, const ExecConfig& exec) {
   const int64_t k_tiles = layout::k_tiles(p.k);
   // A4W4_LAYOUT_PREPARED_V2_INT8: version 2's tiles, then the int8 part.
-  const a4w4_layout tiles =
-      p.layout == A4W4_LAYOUT_PREPARED_V2_INT8 ? A4W4_LAYOUT_PREPARED_V2 : p.layout;
+  const a4w4_layout tiles = layout::tiles_layout(p.layout);
   std::fill_n(p.prepared, layout::prepared_weight_bytes(p.n, p.k), uint8_t{0});
   std::fill_n(p.prepared_scale, layout::prepared_scale_bytes(p.n, p.k), uint8_t{0});
   const int64_t blocks = p.k / numerics::kBlockSize;

@@ -15,8 +15,7 @@ constexpr int kThreads = 256;
 // lane % 4. Version 2: row r = w / 16 of the tile, bytes [4 * (w % 16), + 4) of its 64 (block j
 // = (w % 16) / 4, bytes [4 * (w % 4), + 4) of it).
 __global__ void __launch_bounds__(kThreads) prepare_weight_kernel(PrepareWeightProblem p) {
-  const bool rows_in_turn =
-      p.layout == A4W4_LAYOUT_PREPARED_V2 || p.layout == A4W4_LAYOUT_PREPARED_V2_INT8;
+  const bool rows_in_turn = layout::tiles_layout(p.layout) == A4W4_LAYOUT_PREPARED_V2;
   const int64_t k_tiles = layout::k_tiles(p.k);
   const int64_t words = layout::prepared_weight_bytes(p.n, p.k) / 4;
   const int64_t scale_words = layout::prepared_scale_bytes(p.n, p.k) / 4;
