@@ -173,10 +173,10 @@ TEST(TunedTable, StaleForeignAndDuplicateEntries) {
 }
 
 // The split_k of the entry a lookup finds on the test device for M x N x K (-1: none), in a context
-// with or without a workspace, for a plain or a prepared B.
+// with or without a workspace, for B in the layout `weights`.
 int split_at(const TunedTable& table, int64_t m, int64_t n, int64_t k, bool workspace = false,
-             bool prepared = false) {
-  const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, n, k, workspace, prepared);
+             tuned::Weights weights = tuned::Weights::kPlain) {
+  const a4w4::TunedEntry* entry = table.lookup({"cpu", 8}, m, n, k, workspace, weights);
   return entry == nullptr ? -1 : entry->split_k;
 }
 
@@ -245,6 +245,8 @@ TEST(TunedTable, TheNearestMWinsAcrossEntriesWithAndWithoutAWorkspace) {
 
 // Rows with a `workspace` and a `weights` column (the layout of B they were tuned with).
 const std::string kWeightsHeader = std::string(tuned::kHeader) + ",label,workspace,weights\n";
+constexpr tuned::Weights kPlain = tuned::Weights::kPlain, kPrepared = tuned::Weights::kPrepared,
+                         kPreparedInt8 = tuned::Weights::kPreparedInt8;
 
 TEST(TunedTable, EntriesTunedWithBsLayoutComeFirstAtTheNearestM) {
   // M = 1: one entry per layout; M = 4: plain and any; M = 8: prepared only (as in
@@ -260,20 +262,20 @@ TEST(TunedTable, EntriesTunedWithBsLayoutComeFirstAtTheNearestM) {
                              "cpu,8,16,64,256,cpu.reference,7,1,1,-,0,\n",
                          "t.csv", kDevices);
   EXPECT_TRUE(table.warnings().empty());  // one shape and M in several kinds: no duplicates
-  EXPECT_EQ(split_at(table, 1, 64, 256, false, false), 1);
-  EXPECT_EQ(split_at(table, 1, 64, 256, false, true), 2);
-  EXPECT_EQ(split_at(table, 3, 64, 256, false, false), 3);
-  EXPECT_EQ(split_at(table, 3, 64, 256, false, true), 4);  // any before the other layout
-  EXPECT_EQ(split_at(table, 8, 64, 256, false, false),
+  EXPECT_EQ(split_at(table, 1, 64, 256, false, kPlain), 1);
+  EXPECT_EQ(split_at(table, 1, 64, 256, false, kPrepared), 2);
+  EXPECT_EQ(split_at(table, 3, 64, 256, false, kPlain), 3);
+  EXPECT_EQ(split_at(table, 3, 64, 256, false, kPrepared), 4);  // any before the other layout
+  EXPECT_EQ(split_at(table, 8, 64, 256, false, kPlain),
             5);  // only the other layout's at the nearest M
-  EXPECT_EQ(split_at(table, 8, 64, 256, true, false), 6);
-  EXPECT_EQ(split_at(table, 5, 64, 256, true, true), 6);
-  EXPECT_EQ(split_at(table, 9, 64, 256, false, true), 7);
-  EXPECT_EQ(split_at(table, 17, 64, 256, false, true), -1);
+  EXPECT_EQ(split_at(table, 8, 64, 256, true, kPlain), 6);
+  EXPECT_EQ(split_at(table, 5, 64, 256, true, kPrepared), 6);
+  EXPECT_EQ(split_at(table, 9, 64, 256, false, kPrepared), 7);
+  EXPECT_EQ(split_at(table, 17, 64, 256, false, kPrepared), -1);
   // A file without the column: every row serves both layouts, as before.
   const TunedTable old(kHeader + "cpu,8,1,64,256,cpu.reference,1,1,1\n", "t.csv", kDevices);
-  EXPECT_EQ(split_at(old, 1, 64, 256, false, true), 1);
-  EXPECT_EQ(split_at(old, 1, 64, 256, false, false), 1);
+  EXPECT_EQ(split_at(old, 1, 64, 256, false, kPrepared), 1);
+  EXPECT_EQ(split_at(old, 1, 64, 256, false, kPlain), 1);
   // The same layout twice at one M is a duplicate; an unknown layout name is an error.
   const TunedTable twice(kWeightsHeader +
                              "cpu,8,1,64,256,cpu.reference,1,1,1,-,0,plain\n"
@@ -283,8 +285,32 @@ TEST(TunedTable, EntriesTunedWithBsLayoutComeFirstAtTheNearestM) {
   EXPECT_NE(twice.warnings()[0].find("duplicate entry"), std::string::npos);
   const std::string error =
       config_error(kWeightsHeader + "cpu,8,1,64,256,cpu.reference,1,1,1,-,0,packed\n");
-  EXPECT_NE(error.find("weights: 'packed' is not 'plain', 'prepared' or empty"), std::string::npos)
+  EXPECT_NE(error.find("weights: 'packed' is not 'plain', 'prepared', 'prepared-int8' or empty"),
+            std::string::npos)
       << error;
+}
+
+TEST(TunedTable, AnInt8FormWeightTakesOnlyItsOwnEntriesOrAnyLayouts) {
+  // M = 1: plain, prepared and int8-form entries; M = 4: prepared only; M = 8: any; M = 16: an
+  // int8-form entry only, which plain and prepared B do not take (it was timed without staging B).
+  const TunedTable table(kWeightsHeader +
+                             "cpu,8,1,64,256,cpu.reference,1,1,1,-,0,plain\n"
+                             "cpu,8,1,64,256,cpu.reference,2,1,1,-,0,prepared\n"
+                             "cpu,8,1,64,256,cpu.reference,3,1,1,-,0,prepared-int8\n"
+                             "cpu,8,4,64,256,cpu.reference,4,1,1,-,0,prepared\n"
+                             "cpu,8,8,64,256,cpu.reference,5,1,1,-,0,\n"
+                             "cpu,8,16,64,256,cpu.reference,6,1,1,-,1,prepared-int8\n",
+                         "t.csv", kDevices);
+  EXPECT_TRUE(table.warnings().empty());
+  EXPECT_EQ(split_at(table, 1, 64, 256, false, kPreparedInt8), 3);
+  EXPECT_EQ(split_at(table, 1, 64, 256, false, kPrepared), 2);
+  EXPECT_EQ(split_at(table, 2, 64, 256, false, kPreparedInt8), 5);  // not the prepared M = 4
+  EXPECT_EQ(split_at(table, 2, 64, 256, false, kPlain), 4);         // the other layout's
+  EXPECT_EQ(split_at(table, 9, 64, 256, true, kPreparedInt8), 6);
+  EXPECT_EQ(split_at(table, 9, 64, 256, false, kPreparedInt8), -1);  // tuned with a workspace
+  EXPECT_EQ(split_at(table, 9, 64, 256, true, kPrepared), -1);
+  EXPECT_EQ(split_at(table, 9, 64, 256, true, kPlain), -1);
+  EXPECT_EQ(tuned::weights_name(kPreparedInt8), "prepared-int8");
 }
 
 // ---- The chooser with the real CPU kernels and a tuned table ----------------------------------
@@ -305,6 +331,19 @@ TEST(Chooser, TakesTheEntryTunedWithBsLayout) {
   const GemmChoice c = choose(prepared, &table);
   EXPECT_EQ(c.source, A4W4_CHOICE_TUNED);
   EXPECT_EQ(c.split_k, 2);
+  // A B with its int8 form (the problem carries b_int8): only its own entries; none here.
+  const uint8_t int8_part = 0;
+  GemmProblem int8_form = prepared;
+  int8_form.b_int8 = &int8_part;
+  EXPECT_EQ(choose(int8_form, &table).source, A4W4_CHOICE_HEURISTIC);
+  const TunedTable with_int8(kWeightsHeader +
+                                 "cpu,8,1,64,256,cpu.reference,2,1,1,-,0,prepared\n"
+                                 "cpu,8,1,64,256,cpu.reference,3,1,1,-,0,prepared-int8\n",
+                             "t.csv", kDevices);
+  const GemmChoice i8 = choose(int8_form, &with_int8);
+  EXPECT_EQ(i8.source, A4W4_CHOICE_TUNED);
+  EXPECT_EQ(i8.split_k, 3);
+  EXPECT_EQ(choose(prepared, &with_int8).split_k, 2);
 }
 
 TEST(Chooser, TunedEntriesAndExplicitOptions) {

@@ -42,7 +42,8 @@ struct TuneSettings {
   a4w4_backend backend = A4W4_BACKEND_CPU;
   int samples = 5;
   std::vector<int> splits = {2, 4, 8, 16};
-  std::string weights;  // "plain" or "prepared"; default: prepared on CUDA, plain on the CPU
+  std::string weights;  // "plain", "prepared" or "prepared-int8"; default: prepared on CUDA,
+                        // plain on the CPU
   OutDtype out_dtype = OutDtype::kBF16;
   double batch_ms = 2.0;   // each timing sample runs calls for at least this long
   // CUDA: each candidate runs this long before it is timed, at the clocks it sustains (the H200
@@ -221,10 +222,11 @@ class ShapeRun {
     set.as = mx_scales_tensor(a_, memory_.upload(a_.scales), device);
     set.b = mx_values_tensor(b_, memory_.upload(b_.values), device);
     set.bs = mx_scales_tensor(b_, memory_.upload(b_.scales), device);
-    if (settings_.weights == "prepared") {
+    if (settings_.weights != "plain") {
+      const a4w4_layout layout = settings_.weights == "prepared-int8" ? A4W4_LAYOUT_PREPARED_V2_INT8
+                                                                      : A4W4_LAYOUT_PREPARED_V2;
       size_t weight_bytes = 0, scale_bytes = 0;
-      check(a4w4_prepared_weight_size(b_.rows, b_.k, A4W4_LAYOUT_PREPARED_V2, &weight_bytes,
-                                      &scale_bytes),
+      check(a4w4_prepared_weight_size(b_.rows, b_.k, layout, &weight_bytes, &scale_bytes),
             "a4w4_prepared_weight_size");
       set.prepared.resize(weight_bytes);
       set.prepared_scale.resize(scale_bytes);
@@ -232,7 +234,7 @@ class ShapeRun {
                                       b_.k, device);
       a4w4_tensor pbs = a4w4_tensor_2d(memory_.output(set.prepared_scale), A4W4_DTYPE_E8M0, b_.rows,
                                        b_.k / 32, b_.k / 32, device);
-      pb.layout = pbs.layout = A4W4_LAYOUT_PREPARED_V2;
+      pb.layout = pbs.layout = layout;
       check(a4w4_prepare_weight(context_.get(), &set.b, &set.bs, &pb, &pbs, memory_.stream()),
             "a4w4_prepare_weight");
       memory_.synchronize();
@@ -434,8 +436,9 @@ void add_tune_command(CLI::App& app) {
       ->delimiter(',');
   command
       ->add_option("--weights", settings->weights,
-                   "B as given to a4w4_gemm: plain or prepared (default: prepared on cuda)")
-      ->check(CLI::IsMember({"plain", "prepared"}));
+                   "B as given to a4w4_gemm: plain, prepared (version 2) or prepared-int8 "
+                   "(version 2 with its int8 form) (default: prepared on cuda)")
+      ->check(CLI::IsMember({"plain", "prepared", "prepared-int8"}));
   add_choice_option<OutDtype>(
       *command, "--out-dtype", settings->out_dtype,
       {{"fp32", OutDtype::kF32}, {"bf16", OutDtype::kBF16}, {"fp16", OutDtype::kF16}},

@@ -86,13 +86,15 @@ GemmChoice choose_gemm_kernel(const GemmProblem& problem, a4w4_backend backend,
                               std::string_view requested, const TunedTable* tuned,
                               const DeviceKey& device, int sm_count,
                               std::span<const GemmKernel> kernels) {
-  // Tuned tables hold no rows for weights with their int8 form (A4W4_LAYOUT_PREPARED_V2_INT8):
-  // those were measured staging B in the call. The heuristic serves them.
-  const TunedEntry* entry =
-      tuned != nullptr && problem.b_int8 == nullptr
-          ? tuned->lookup(device, problem.m, problem.n, problem.k, problem.workspace != nullptr,
-                          problem.b.layout != A4W4_LAYOUT_PLAIN)
-          : nullptr;
+  // B's layout as the tuned table keys it (a B with its int8 form reaches the kernels as its
+  // version-2 part plus b_int8).
+  const tuned::Weights weights = problem.b_int8 != nullptr ? tuned::Weights::kPreparedInt8
+                                 : problem.b.layout != A4W4_LAYOUT_PLAIN ? tuned::Weights::kPrepared
+                                                                         : tuned::Weights::kPlain;
+  const TunedEntry* entry = tuned != nullptr
+                                ? tuned->lookup(device, problem.m, problem.n, problem.k,
+                                                problem.workspace != nullptr, weights)
+                                : nullptr;
   const bool caller_split = problem.split_k > 0;
 
   if (!requested.empty()) {

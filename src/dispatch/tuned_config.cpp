@@ -108,21 +108,22 @@ std::shared_ptr<const TunedTable> TunedTable::load(const std::string& path) {
 }
 
 const TunedEntry* TunedTable::lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k,
-                                     bool workspace, bool prepared) const {
+                                     bool workspace, tuned::Weights weights) const {
   // The nearest bucket at or above M among the entries this context may use (taking a preferred
   // kind first at any M let an M = 8 entry tuned with a workspace serve M = 1 past a nearer M = 1
   // entry tuned without); at that M, the kinds in order of preference: B's layout, any layout,
   // the other layout, each with a workspace before without.
   using tuned::Weights;
-  const Weights same = prepared ? Weights::kPrepared : Weights::kPlain;
-  const Weights other = prepared ? Weights::kPlain : Weights::kPrepared;
+  const Weights other = weights == Weights::kPlain      ? Weights::kPrepared
+                        : weights == Weights::kPrepared ? Weights::kPlain
+                                                        : Weights::kAny;  // no other for int8
   const TunedEntry* best = nullptr;
   int64_t best_m = 0;
-  for (const Weights weights : {same, Weights::kAny, other})
+  for (const Weights kind : {weights, Weights::kAny, other})
     for (const bool tuned_with_workspace : {true, false}) {
       if (tuned_with_workspace && !workspace) continue;
       const auto shape =
-          table_.find(ShapeKey{device, n, k, tuned_with_workspace, static_cast<uint8_t>(weights)});
+          table_.find(ShapeKey{device, n, k, tuned_with_workspace, static_cast<uint8_t>(kind)});
       if (shape == table_.end()) continue;
       const auto bucket = shape->second.lower_bound(m);  // exact M, else the nearest larger one
       if (bucket != shape->second.end() && (best == nullptr || bucket->first < best_m))

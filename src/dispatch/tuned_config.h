@@ -17,6 +17,7 @@
 
 #include "a4w4/a4w4.h"
 #include "dispatch/registry.h"
+#include "dispatch/tuned_csv.h"
 
 namespace a4w4 {
 
@@ -54,11 +55,13 @@ class TunedTable {
 
   // The entry for (device, N, K) at M, else at the nearest larger M; nullptr when none. With
   // `workspace` (the context has one), entries tuned with and without one both count; without,
-  // only entries tuned without. Of several at that M: the one tuned with B's layout (`prepared`:
-  // B is in a prepared layout), then one tuned for any layout, then the other layout's; within
-  // each, the one tuned with a workspace.
+  // only entries tuned without. Of several at that M: the one tuned with B's layout (`weights`),
+  // then one tuned for any layout, then (plain and prepared B) the other of those two layouts';
+  // within each, the one tuned with a workspace. A B with its int8 form takes only entries tuned
+  // with that form or for any layout: the others were timed with B staged in the call.
   const TunedEntry* lookup(const DeviceKey& device, int64_t m, int64_t n, int64_t k,
-                           bool workspace = false, bool prepared = false) const;
+                           bool workspace = false,
+                           tuned::Weights weights = tuned::Weights::kPlain) const;
 
   const std::string& label() const { return label_; }
   int entry_count() const { return entries_; }    // entries for this machine's devices

@@ -186,8 +186,11 @@ std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
         row.weights = Weights::kPlain;
       else if (weights == "prepared")
         row.weights = Weights::kPrepared;
+      else if (weights == "prepared-int8")
+        row.weights = Weights::kPreparedInt8;
       else if (!weights.empty())
-        parser.fail(fmt::format("weights: {} is not 'plain', 'prepared' or empty", shown(weights)));
+        parser.fail(fmt::format("weights: {} is not 'plain', 'prepared', 'prepared-int8' or empty",
+                                shown(weights)));
     }
     rows.push_back(std::move(row));
   }
@@ -197,7 +200,17 @@ std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
 }
 
 std::string_view weights_name(Weights w) {
-  return w == Weights::kPlain ? "plain" : (w == Weights::kPrepared ? "prepared" : "");
+  switch (w) {
+    case Weights::kPlain:
+      return "plain";
+    case Weights::kPrepared:
+      return "prepared";
+    case Weights::kPreparedInt8:
+      return "prepared-int8";
+    case Weights::kAny:
+      break;
+  }
+  return "";
 }
 
 std::string format_row(const Row& row) {

@@ -17,9 +17,9 @@ namespace a4w4::tuned {
 // The columns every file starts with, in order.
 inline constexpr std::string_view kHeader = "device,sm_count,M,N,K,kernel,split_k,us,tflops";
 
-// Which layout of B a row was tuned with (optional column `weights`: "plain", "prepared", or
-// empty; absent: any).
-enum class Weights : uint8_t { kAny, kPlain, kPrepared };
+// Which layout of B a row was tuned with (optional column `weights`: "plain", "prepared"
+// (version 2), "prepared-int8" (version 2 with its int8 form), or empty; absent: any).
+enum class Weights : uint8_t { kAny, kPlain, kPrepared, kPreparedInt8 };
 
 struct Row {
   int line = 0;  // 1-based line in the file
@@ -48,7 +48,8 @@ class ConfigError : public std::runtime_error {
 // a missing or wrong header, a row with the wrong number of fields, a field that is not what its
 // column holds (positive integers for sm_count, M, N; K a positive multiple of 32; 0 <= split_k <=
 // K/32; finite non-negative us and tflops; a kernel name of letters, digits, '.', '_', '-'; 0 or 1
-// in a `workspace` column, "plain", "prepared" or nothing in a `weights` column, when the header
+// in a `workspace` column, "plain", "prepared", "prepared-int8" or nothing in a `weights` column,
+// when the header
 // names them after the required columns).
 std::vector<Row> parse_csv(std::string_view text, std::string_view label);
 
