@@ -26,6 +26,22 @@ A4W4_HOST_DEVICE uint32_t summary_word(uint32_t high, uint32_t mixed, uint32_t b
   return high << 18 | mixed << 17 | bad << 16 | hi << 8 | lo;
 }
 
+// What a set of (row, 128-K tile)s folded to: whether any does not fold, whether any chunk of
+// them did not fold to one base (mixed; the int8 family's chunks of 8 tiles), whether any tile
+// has high blocks (kept apart on their own scales), the smallest and the largest base; stored as
+// summary_word per (chunk, row) and per 128 rows in the int8 family's workspace (gemm_int8.cu)
+// and in a weight's int8 form. add() combines such words.
+struct FoldSummary {
+  uint32_t bad = 0, mixed = 0, high = 0, lo = 0xFFu, hi = 0u;
+  A4W4_HOST_DEVICE void add(uint32_t word) {
+    bad |= (word >> 16) & 1u, mixed |= (word >> 17) & 1u, high |= has_high(word) ? 1u : 0u;
+    const uint32_t word_lo = word & 0xFFu, word_hi = (word >> 8) & 0xFFu;
+    lo = word_lo < lo ? word_lo : lo, hi = word_hi > hi ? word_hi : hi;
+  }
+  A4W4_HOST_DEVICE uint32_t word() const { return summary_word(high, mixed, bad, hi, lo); }
+  static A4W4_HOST_DEVICE bool has_high(uint32_t word) { return (word >> 18) & 1u; }
+};
+
 // Where B's factor of row n lands: a consumer thread with q = lane % 4 needs the columns
 // 8 j + 2 q + {0, 1} of its accumulators; this order puts those of j = 2 jj, 2 jj + 1 in one float4
 // at 16 jj + 4 q, so the 4 addresses of one LDS.128 (q = 0..3) are 64 contiguous bytes (no bank

@@ -106,18 +106,16 @@ void prepare_int8_part(const PrepareWeightProblem& p, const ExecConfig& exec) {
   auto* block_summaries = reinterpret_cast<uint32_t*>(part + l.block_summaries);
   auto* chunk_uniform = reinterpret_cast<uint32_t*>(part + l.chunk_uniform);
   for (int64_t block = 0; block < l.padded_rows / kTileRows; ++block) {
-    uint32_t bad = 0, lo = 0xFFu, hi = 0u;
+    fold_rules::FoldSummary all;
     const int64_t end = std::min(l.rows, (block + 1) * kTileRows);
     for (int64_t chunk = 0; chunk < l.chunks; ++chunk) {
-      uint32_t mixed = 0;
-      for (int64_t n = block * kTileRows; n < end; ++n) {
-        const uint32_t word = summaries[chunk * l.rows + n];
-        bad |= (word >> 16) & 1u, mixed |= (word >> 17) & 1u;
-        lo = std::min(lo, word & 0xFFu), hi = std::max(hi, (word >> 8) & 0xFFu);
-      }
-      chunk_uniform[block * l.chunks + chunk] = mixed ? 0u : 1u;
+      fold_rules::FoldSummary rows;
+      for (int64_t n = block * kTileRows; n < end; ++n) rows.add(summaries[chunk * l.rows + n]);
+      chunk_uniform[block * l.chunks + chunk] = rows.mixed ? 0u : 1u;
+      all.add(rows.word());
     }
-    block_summaries[block] = fold_rules::summary_word(0, 0, bad, hi, lo);
+    all.mixed = 0;  // per chunk above (summarize_block)
+    block_summaries[block] = all.word();
   }
 }
 

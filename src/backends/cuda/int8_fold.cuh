@@ -145,22 +145,8 @@ struct TileSumScale {
   return fp32_accumulation_safe(a_lo, a_hi, b_lo, b_hi) && b_hi <= kMaxScaledTileSumBase;
 }
 
-// What a set of (row, 128-K tile)s folded to: whether any does not fold, whether any chunk of
-// them did not fold to one base (mixed; the int8 family's chunks of 8 tiles), whether any tile
-// has high blocks (kept apart on their own scales), the smallest and the largest base; stored as
-// one word (bit 18 high, bit 17 mixed, bit 16 bad, bits 15..8 the largest, 7..0 the smallest) per
-// (chunk, row) and per 128 rows in the int8 family's workspace (gemm_int8.cu).
-struct FoldSummary {
-  uint32_t bad = 0, mixed = 0, high = 0, lo = 0xFFu, hi = 0u;
-  __device__ __forceinline__ void add(uint32_t word) {
-    bad |= (word >> 16) & 1u, mixed |= (word >> 17) & 1u, high |= has_high(word) ? 1u : 0u;
-    lo = min(lo, word & 0xFFu), hi = max(hi, (word >> 8) & 0xFFu);
-  }
-  __device__ __forceinline__ uint32_t word() const {
-    return fold_rules::summary_word(high, mixed, bad, hi, lo);
-  }
-  static __device__ __forceinline__ bool has_high(uint32_t word) { return (word >> 18) & 1u; }
-};
+// What a set of (row, 128-K tile)s folded to (numerics/int8_fold_rules.h).
+using fold_rules::FoldSummary;
 
 // A 128 x 128 tile of D takes the int8 family's folded path when neither its A rows nor its B rows
 // have a tile that does not fold and fp32's range holds for their bases (the summaries of their
