@@ -243,6 +243,25 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
     ++entries;
   }
   EXPECT_EQ(entries, 2);
+
+  // Tuned on a weight with its int8 form: the entries say so, serve such a weight (a4w4 kernels
+  // --weights prepared-int8) and are not taken for a plain B.
+  result =
+      run("tune --shapes shapes.txt --out int8.csv --samples 2 --batch-ms 0.2 --threads 2 "
+          "--weights prepared-int8");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::string int8_csv = slurp(path("int8.csv"));
+  EXPECT_NE(int8_csv.find("prepared-int8 B"), std::string::npos) << int8_csv;
+  EXPECT_NE(int8_csv.find(",1,64,256,cpu."), std::string::npos) << int8_csv;
+  EXPECT_NE(int8_csv.find(",0,prepared-int8\n"), std::string::npos) << int8_csv;
+  result = run("kernels -m 1 -n 64 -k 256 --weights prepared-int8 --tuned int8.csv");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("(tuned: entry at M=1, line 3)"), std::string::npos) << result.out;
+  result = run("kernels -m 1 -n 64 -k 256 --tuned int8.csv");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out.find("(tuned:"), std::string::npos) << result.out;
+  expect_failure("tune --shapes shapes.txt --out t.csv --weights int8", "--weights");
+
   expect_failure("tune --shapes shapes.txt --out t.csv --margin 101", "--margin");
   expect_failure("tune --shapes shapes.txt --out t.csv --workspace", "--workspace");
   // The GPU benchmark's data choices are refused on the CPU, not ignored.
