@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "a4w4/a4w4.h"
@@ -71,9 +72,6 @@ void print_problem(const KernelsSettings& s, const std::vector<KernelInfo>& kern
   context.set_backend(s.backend);
   if (!s.tuned.empty()) context.load_tuned(s.tuned);
   const a4w4_device device = memory->device();
-  const bool prepared = s.weights != "plain";
-  const a4w4_layout layout =
-      s.weights == "prepared-int8" ? A4W4_LAYOUT_PREPARED_V2_INT8 : A4W4_LAYOUT_PREPARED_V2;
   MxMatrix a{s.m, s.k, std::vector<uint8_t>(static_cast<size_t>(s.m * s.k / 2)),
              std::vector<uint8_t>(static_cast<size_t>(s.m * s.k / 32), 127)};
   MxMatrix b{s.n, s.k, std::vector<uint8_t>(static_cast<size_t>(s.n * s.k / 2)),
@@ -83,21 +81,9 @@ void print_problem(const KernelsSettings& s, const std::vector<KernelInfo>& kern
   const a4w4_tensor tas = mx_scales_tensor(a, memory->upload(a.scales), device);
   a4w4_tensor tb = mx_values_tensor(b, memory->upload(b.values), device);
   a4w4_tensor tbs = mx_scales_tensor(b, memory->upload(b.scales), device);
-  if (prepared) {
-    size_t wb = 0, sb = 0;
-    check(a4w4_prepared_weight_size(s.n, s.k, layout, &wb, &sb), "--weights");
-    pw.resize(wb);
-    ps.resize(sb);
-    a4w4_tensor pb = a4w4_tensor_2d(memory->output(pw), A4W4_DTYPE_E2M1, s.n, s.k, s.k, device);
-    a4w4_tensor pbs =
-        a4w4_tensor_2d(memory->output(ps), A4W4_DTYPE_E8M0, s.n, s.k / 32, s.k / 32, device);
-    pb.layout = pbs.layout = layout;
-    check(a4w4_prepare_weight(context.get(), &tb, &tbs, &pb, &pbs, memory->stream()),
-          "a4w4_prepare_weight");
-    memory->synchronize();
-    tb = pb;
-    tbs = pbs;
-  }
+  if (s.weights != "plain")
+    std::tie(tb, tbs) =
+        prepare_weight_on(context, *memory, tb, tbs, prepared_layout_named(s.weights), pw, ps);
   const a4w4_tensor td = a4w4_tensor_2d(memory->output(d), A4W4_DTYPE_F32, s.m, s.n, s.n, device);
   a4w4_gemm_options options;
   a4w4_gemm_options_init(&options);

@@ -222,25 +222,10 @@ class ShapeRun {
     set.as = mx_scales_tensor(a_, memory_.upload(a_.scales), device);
     set.b = mx_values_tensor(b_, memory_.upload(b_.values), device);
     set.bs = mx_scales_tensor(b_, memory_.upload(b_.scales), device);
-    if (settings_.weights != "plain") {
-      const a4w4_layout layout = settings_.weights == "prepared-int8" ? A4W4_LAYOUT_PREPARED_V2_INT8
-                                                                      : A4W4_LAYOUT_PREPARED_V2;
-      size_t weight_bytes = 0, scale_bytes = 0;
-      check(a4w4_prepared_weight_size(b_.rows, b_.k, layout, &weight_bytes, &scale_bytes),
-            "a4w4_prepared_weight_size");
-      set.prepared.resize(weight_bytes);
-      set.prepared_scale.resize(scale_bytes);
-      a4w4_tensor pb = a4w4_tensor_2d(memory_.output(set.prepared), A4W4_DTYPE_E2M1, b_.rows, b_.k,
-                                      b_.k, device);
-      a4w4_tensor pbs = a4w4_tensor_2d(memory_.output(set.prepared_scale), A4W4_DTYPE_E8M0, b_.rows,
-                                       b_.k / 32, b_.k / 32, device);
-      pb.layout = pbs.layout = layout;
-      check(a4w4_prepare_weight(context_.get(), &set.b, &set.bs, &pb, &pbs, memory_.stream()),
-            "a4w4_prepare_weight");
-      memory_.synchronize();
-      set.b = pb;
-      set.bs = pbs;
-    }
+    if (settings_.weights != "plain")
+      std::tie(set.b, set.bs) = prepare_weight_on(context_, memory_, set.b, set.bs,
+                                                  prepared_layout_named(settings_.weights),
+                                                  set.prepared, set.prepared_scale);
     set.d.assign(static_cast<size_t>(shape_.m * shape_.n * (a4w4_dtype_bits(d_dtype) / 8)), 0);
     set.d_tensor =
         a4w4_tensor_2d(memory_.output(set.d), d_dtype, shape_.m, shape_.n, shape_.n, device);

@@ -9,6 +9,8 @@
 #include <random>
 #include <system_error>
 
+#include "device_memory.h"
+
 namespace a4w4::cli {
 namespace fs = std::filesystem;
 
@@ -163,6 +165,30 @@ a4w4_tensor mx_values_tensor(const MxMatrix& op, void* data, a4w4_device device)
 
 a4w4_tensor mx_scales_tensor(const MxMatrix& op, void* data, a4w4_device device) {
   return a4w4_tensor_2d(data, A4W4_DTYPE_E8M0, op.rows, op.k / 32, op.k / 32, device);
+}
+
+a4w4_layout prepared_layout_named(std::string_view weights) {
+  return weights == "prepared-int8" ? A4W4_LAYOUT_PREPARED_V2_INT8 : A4W4_LAYOUT_PREPARED_V2;
+}
+
+std::pair<a4w4_tensor, a4w4_tensor> prepare_weight_on(
+    const Context& context, DeviceMemory& memory, const a4w4_tensor& b, const a4w4_tensor& b_scale,
+    a4w4_layout layout, std::vector<uint8_t>& weight, std::vector<uint8_t>& scales) {
+  const int64_t n = b.shape[0], k = b.shape[1];
+  size_t weight_bytes = 0, scale_bytes = 0;
+  check(a4w4_prepared_weight_size(n, k, layout, &weight_bytes, &scale_bytes),
+        "a4w4_prepared_weight_size");
+  weight.resize(weight_bytes);
+  scales.resize(scale_bytes);
+  const a4w4_device device = memory.device();
+  a4w4_tensor pb = a4w4_tensor_2d(memory.output(weight), A4W4_DTYPE_E2M1, n, k, k, device);
+  a4w4_tensor pbs =
+      a4w4_tensor_2d(memory.output(scales), A4W4_DTYPE_E8M0, n, k / 32, k / 32, device);
+  pb.layout = pbs.layout = layout;
+  check(a4w4_prepare_weight(context.get(), &b, &b_scale, &pb, &pbs, memory.stream()),
+        "a4w4_prepare_weight");
+  memory.synchronize();
+  return {pb, pbs};
 }
 
 MxMatrix quantize_matrix(const Context& context, const a4w4_tensor& x, a4w4_scale_mode mode) {

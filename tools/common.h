@@ -107,6 +107,19 @@ struct MxMatrix {
 a4w4_tensor mx_values_tensor(const MxMatrix& op, void* data, a4w4_device device);
 a4w4_tensor mx_scales_tensor(const MxMatrix& op, void* data, a4w4_device device);
 
+class DeviceMemory;
+
+// The prepared layout a `--weights` value names: "prepared" (version 2) or "prepared-int8"
+// (version 2 with B's int8 form).
+a4w4_layout prepared_layout_named(std::string_view weights);
+
+// b and b_scale (on memory's device) prepared in `layout` (a4w4_prepare_weight) into buffers
+// backed by weight and scales, which it sizes and the caller keeps alive; returns their
+// descriptors once memory's stream has finished.
+std::pair<a4w4_tensor, a4w4_tensor> prepare_weight_on(
+    const Context& context, DeviceMemory& memory, const a4w4_tensor& b, const a4w4_tensor& b_scale,
+    a4w4_layout layout, std::vector<uint8_t>& weight, std::vector<uint8_t>& scales);
+
 // Quantizes x (a CPU tensor [rows, K]) with the library into a new MxMatrix.
 MxMatrix quantize_matrix(const Context& context, const a4w4_tensor& x, a4w4_scale_mode mode);
 

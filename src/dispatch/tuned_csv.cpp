@@ -182,13 +182,10 @@ std::vector<Row> parse_csv(std::string_view text, std::string_view label) {
       row.workspace = parser.integer(fields[workspace_column], "workspace", 0, 1) == 1;
     if (weights_column > 0) {
       const std::string& weights = fields[weights_column];
-      if (weights == "plain")
-        row.weights = Weights::kPlain;
-      else if (weights == "prepared")
-        row.weights = Weights::kPrepared;
-      else if (weights == "prepared-int8")
-        row.weights = Weights::kPreparedInt8;
-      else if (!weights.empty())
+      bool named = weights.empty();  // empty: any layout
+      for (const Weights w : {Weights::kPlain, Weights::kPrepared, Weights::kPreparedInt8})
+        if (weights == weights_name(w)) row.weights = w, named = true;
+      if (!named)
         parser.fail(fmt::format("weights: {} is not 'plain', 'prepared', 'prepared-int8' or empty",
                                 shown(weights)));
     }
