@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <span>
 #include <thread>
 
 #include "api/error.h"
@@ -114,12 +115,14 @@ const TunedEntry* TunedTable::lookup(const DeviceKey& device, int64_t m, int64_t
   // entry tuned without); at that M, the kinds in order of preference: B's layout, any layout,
   // the other layout, each with a workspace before without.
   using tuned::Weights;
-  const Weights other = weights == Weights::kPlain      ? Weights::kPrepared
-                        : weights == Weights::kPrepared ? Weights::kPlain
-                                                        : Weights::kAny;  // no other for int8
+  // An int8-form weight has no other layout (plain and prepared entries were timed with B
+  // converted in the call).
+  const Weights kinds[] = {weights, Weights::kAny,
+                           weights == Weights::kPlain ? Weights::kPrepared : Weights::kPlain};
+  const size_t kind_count = weights == Weights::kPreparedInt8 ? 2 : 3;
   const TunedEntry* best = nullptr;
   int64_t best_m = 0;
-  for (const Weights kind : {weights, Weights::kAny, other})
+  for (const Weights kind : std::span(kinds, kind_count))
     for (const bool tuned_with_workspace : {true, false}) {
       if (tuned_with_workspace && !workspace) continue;
       const auto shape =
