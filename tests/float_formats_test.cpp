@@ -1,4 +1,5 @@
-// White-box: the rounding and decoding helpers of src/numerics (float_formats.h, mx.h) against
+// White-box: the rounding and decoding helpers of src/numerics (float_formats.h, mx.h, and
+// int8_fold_rules.h's padding of a last partial K tile) against
 // exhaustive, independently written checks. Also validates the test suite's own rounding oracle
 // (test_support round_to_dtype) against the same exhaustive neighbour search.
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "numerics/float_formats.h"
+#include "numerics/int8_fold_rules.h"
 #include "numerics/mx.h"
 #include "test_support.h"
 
@@ -231,6 +233,30 @@ TEST(MxHelpers, E8M0AllBytes) {
     EXPECT_TRUE(same_double(nx::e8m0_to_double(static_cast<uint8_t>(b)),
                             e8m0_value(static_cast<uint8_t>(b))))
         << b;
+}
+
+// A last partial K tile's missing blocks take its first block's scale, read block by block
+// (padded_block: the CPU's int8 form) or as one word with zeros past K (padded_scale_word: the
+// CUDA kernels' prepared scale words) alike.
+TEST(FoldRules, PaddedScaleWordRepeatsTheTilesFirstBlock) {
+  namespace fr = a4w4::fold_rules;
+  const uint8_t scales[] = {10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33};
+  for (int64_t blocks = 5; blocks <= 12; ++blocks)
+    for (int64_t tile = 0; 4 * tile < blocks; ++tile) {
+      uint32_t by_block = 0, zero_padded = 0;
+      for (int j = 0; j < 4; ++j) {
+        by_block |= uint32_t{scales[fr::padded_block(tile, j, blocks)]} << (8 * j);
+        if (4 * tile + j < blocks) zero_padded |= uint32_t{scales[4 * tile + j]} << (8 * j);
+      }
+      EXPECT_EQ(fr::padded_scale_word(zero_padded, blocks - 4 * tile), by_block)
+          << "blocks " << blocks << ", tile " << tile;
+    }
+  EXPECT_EQ(fr::padded_scale_word(0x0000'0B0Au, 2), 0x0A0A'0B0Au);
+  EXPECT_EQ(fr::padded_scale_word(0x000C'0B0Au, 3), 0x0A0C'0B0Au);
+  EXPECT_EQ(fr::padded_scale_word(0x0000'00FFu, 1), 0xFFFF'FFFFu);
+  EXPECT_EQ(fr::padded_scale_word(0x0D0C'0B0Au, 4), 0x0D0C'0B0Au);
+  EXPECT_EQ(fr::padded_block(2, 3, 11), 8);  // tile 2 holds blocks 8..10
+  EXPECT_EQ(fr::padded_block(2, 2, 11), 10);
 }
 
 }  // namespace

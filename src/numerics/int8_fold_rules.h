@@ -19,6 +19,21 @@ A4W4_HOST_DEVICE bool range_folds(uint32_t lo, uint32_t hi) {
   return lo > hi || (hi - lo <= kMaxShift && lo <= 0xFFu - 1 - kMaxShift);
 }
 
+// The scale block that block j of K tile `tile` reads: blocks past K (the last tile of a K that is
+// not a multiple of 128) repeat the tile's first block, so they neither widen the spread nor lower
+// the base.
+A4W4_HOST_DEVICE int64_t padded_block(int64_t tile, int j, int64_t blocks) {
+  return 4 * tile + j < blocks ? 4 * tile + j : 4 * tile;
+}
+
+// A K tile's scale word (block j in byte j) of which only the first `present` (>= 1) bytes are
+// blocks of K, the others set by padded_block's rule (present >= 4: the word as it is).
+A4W4_HOST_DEVICE uint32_t padded_scale_word(uint32_t word, int64_t present) {
+  if (present >= 4) return word;
+  const uint32_t keep = 0xFFFFFFFFu >> (8 * (4 - present));
+  return (word & keep) | ((word & 0xFFu) * 0x01010101u & ~keep);
+}
+
 // A fold summary as one word: bit 18 high blocks, bit 17 mixed (a chunk not folded to one base),
 // bit 16 bad (a tile that does not fold), bits 15..8 the largest base, 7..0 the smallest.
 A4W4_HOST_DEVICE uint32_t summary_word(uint32_t high, uint32_t mixed, uint32_t bad, uint32_t hi,

@@ -20,12 +20,10 @@ constexpr uint32_t kFactorShift = 2;  // B's factor 2^(base - 129): the 1/4 of b
 // 2 * |E2M1| of codes 0..7.
 constexpr std::array<int, 8> kDoubledMagnitudes = {0, 1, 2, 3, 4, 6, 8, 12};
 
-// The 4 scale bytes of K tile `tile` of a plain row (block j in byte j); blocks past `blocks`
-// repeat the tile's first block, so they neither widen the spread nor lower the base.
+// The 4 scale bytes of K tile `tile` of a plain row, blocks past K as fold_rules::padded_block.
 std::array<uint32_t, 4> tile_scales(const uint8_t* row_scales, int64_t tile, int64_t blocks) {
   std::array<uint32_t, 4> s{};
-  for (int64_t j = 0; j < 4; ++j)
-    s[j] = row_scales[4 * tile + j < blocks ? 4 * tile + j : 4 * tile];
+  for (int j = 0; j < 4; ++j) s[j] = row_scales[fold_rules::padded_block(tile, j, blocks)];
   return s;
 }
 

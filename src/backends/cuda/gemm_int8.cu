@@ -244,22 +244,16 @@ __device__ __forceinline__ void byte_range(uint32_t bytes, uint32_t mask, uint32
   }
 }
 
-// The 4 scale bytes of K tile `tile` of `row` (block 4 tile + j in byte j); blocks past K (the
-// last tile of a K that is not a multiple of 128) repeat the tile's first block, so they neither
-// widen the spread nor lower the base.
+// The 4 scale bytes of K tile `tile` of `row` (block 4 tile + j in byte j), blocks past K as
+// fold_rules::padded_block.
 __device__ __forceinline__ uint32_t tile_scales(const PackedOperand& op, int64_t row, int tile,
                                                 int blocks) {
   if (op.layout == A4W4_LAYOUT_PLAIN)
     return fold::scale_word(op.scale + row * op.scale_stride, tile, blocks, fold::scale_words(op));
   // A prepared B holds a row's 4 scales of a tile in one word (zero past K).
-  uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(
+  const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(
       op.scale + layout::prepared_scale_offset(row, 4 * int64_t{tile}, (blocks + 3) / 4)));
-  const int present = blocks - 4 * tile;
-  if (present < 4) {
-    const uint32_t keep = 0xFFFFFFFFu >> (8 * (4 - present));
-    w = (w & keep) | ((w & 0xFFu) * 0x01010101u & ~keep);
-  }
-  return w;
+  return fold_rules::padded_scale_word(w, blocks - 4 * tile);
 }
 
 // What a CTA's staging of 32 rows x one chunk leaves in shared memory: per (tile of the chunk,

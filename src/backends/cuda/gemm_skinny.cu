@@ -276,15 +276,12 @@ struct WeightSource {
     copy_async<8>(scales_gh, scales[0] + size_t(tile) * 64, true);
   }
 
-  // w with the padding blocks of a prepared B's last partial tile (scale 0) taking the tile's
-  // first block's scale, so they neither widen the spread nor lower the base (a plain B's
-  // scale_word does this at the load).
+  // w with the padding blocks of a prepared B's last partial tile (scale 0) as
+  // fold_rules::padded_block (a plain B's scale_word does this at the load).
   __device__ __forceinline__ WeightRaw valid_scales(WeightRaw w, int tile) const {
     if (kTiled && 4 * tile + 4 > blocks) {
-      const int valid = blocks - 4 * tile;
-      const uint32_t selector = valid == 3 ? 0x0210u : valid == 2 ? 0x0010u : 0x0000u;
-      w.scales_g = permute(w.scales_g, 0, selector);
-      w.scales_h = permute(w.scales_h, 0, selector);
+      w.scales_g = fold_rules::padded_scale_word(w.scales_g, blocks - 4 * tile);
+      w.scales_h = fold_rules::padded_scale_word(w.scales_h, blocks - 4 * tile);
     }
     return w;
   }

@@ -242,19 +242,17 @@ struct WeightBlock {
   return w;
 }
 
-// The 4 scale bytes of K tile `tile` of a plain row (block 4 tile + j in byte j); blocks past
-// `blocks` (the last tile of a K that is not a multiple of 128) repeat the tile's first block, so
-// they neither widen the spread nor lower the base. `words`: the scale rows allow 4-byte loads.
+// The 4 scale bytes of K tile `tile` of a plain row (block 4 tile + j in byte j), blocks past
+// `blocks` as fold_rules::padded_block. `words`: the scale rows allow 4-byte loads.
 [[maybe_unused]] __device__ __forceinline__ uint32_t scale_word(const uint8_t* row_scales, int tile,
                                                                 int blocks, bool words) {
   const uint8_t* s = row_scales + 4 * tile;
   if (words && 4 * tile + 4 <= blocks) return __ldg(reinterpret_cast<const uint32_t*>(s));
-  uint32_t w = static_cast<uint32_t>(__ldg(s)) * 0x01010101u;
+  uint32_t w = 0;
 #pragma unroll
-  for (int j = 1; j < 4; ++j)
-    if (4 * tile + j < blocks)
-      w = (w & ~(0xFFu << (8 * j))) | (static_cast<uint32_t>(__ldg(s + j)) << (8 * j));
-  return w;
+  for (int j = 0; j < 4; ++j)
+    if (4 * tile + j < blocks) w |= static_cast<uint32_t>(__ldg(s + j)) << (8 * j);
+  return fold_rules::padded_scale_word(w, blocks - 4 * tile);
 }
 
 // Whether op's scale rows allow the 4-byte loads of scale_word.
