@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <span>
+#include <sstream>
 #include <thread>
 
 #include "api/error.h"
