@@ -28,24 +28,26 @@ std::array<uint32_t, 4> tile_scales(const uint8_t* row_scales, int64_t tile, int
 }
 
 // One row's chunk folded (fold_tile's rule for an operand without high blocks): each present
-// tile's base, whether it folds, and the row's summary word over the chunk.
+// tile's scales (tile_scales), base and whether it folds, and the row's summary word over the chunk.
 struct ChunkFold {
+  std::array<std::array<uint32_t, 4>, kChunkTiles> scales{};
   std::array<uint32_t, kChunkTiles> base{};
   std::array<bool, kChunkTiles> ok{};
   uint32_t summary = 0;
 };
 ChunkFold fold_chunk(const uint8_t* row_scales, int64_t chunk, int64_t k_tiles, int64_t blocks) {
+  ChunkFold f;
   std::array<uint32_t, kChunkTiles> tile_lo, tile_hi;
   uint32_t chunk_lo = 0xFFu, chunk_hi = 0u;
   for (int64_t t = 0; t < kChunkTiles; ++t) {
     tile_lo[t] = 0xFFu, tile_hi[t] = 0u;
     if (chunk * kChunkTiles + t >= k_tiles) continue;
-    for (uint32_t s : tile_scales(row_scales, chunk * kChunkTiles + t, blocks))
+    f.scales[t] = tile_scales(row_scales, chunk * kChunkTiles + t, blocks);
+    for (uint32_t s : f.scales[t])
       tile_lo[t] = std::min(tile_lo[t], s), tile_hi[t] = std::max(tile_hi[t], s);
     chunk_lo = std::min(chunk_lo, tile_lo[t]), chunk_hi = std::max(chunk_hi, tile_hi[t]);
   }
   const bool uniform = fold_rules::range_folds(chunk_lo, chunk_hi);
-  ChunkFold f;
   uint32_t bad = 0, lo = 0xFFu, hi = 0u;
   for (int64_t t = 0; t < kChunkTiles && chunk * kChunkTiles + t < k_tiles; ++t) {
     f.base[t] = uniform ? chunk_lo : tile_lo[t];
@@ -89,9 +91,8 @@ void prepare_int8_part(const PrepareWeightProblem& p, const ExecConfig& exec) {
                                                  : 0.0f);
         // A tile that does not fold keeps its values unshifted (its tiles of D take the exact
         // path, which never reads them).
-        const std::array<uint32_t, 4> scales = tile_scales(row_scales, tile, blocks);
         for (int64_t k = 128 * tile; k < 128 * tile + 128; ++k) {
-          const uint32_t shift = f.ok[t] ? scales[(k / 32) % 4] - base : 0u;
+          const uint32_t shift = f.ok[t] ? f.scales[t][(k / 32) % 4] - base : 0u;
           const int code = k < p.k ? (row_codes[k / 2] >> (4 * (k % 2))) & 0xF : 0;
           const int magnitude = kDoubledMagnitudes[code & 7] << shift;
           values[n * l.padded_k + k] = static_cast<int8_t>(code & 8 ? -magnitude : magnitude);
