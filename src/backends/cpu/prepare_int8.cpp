@@ -28,7 +28,8 @@ std::array<uint32_t, 4> tile_scales(const uint8_t* row_scales, int64_t tile, int
 }
 
 // One row's chunk folded (fold_tile's rule for an operand without high blocks): each present
-// tile's scales (tile_scales), base and whether it folds, and the row's summary word over the chunk.
+// tile's scales (tile_scales), base and whether it folds, and the row's summary word over the
+// chunk.
 struct ChunkFold {
   std::array<std::array<uint32_t, 4>, kChunkTiles> scales{};
   std::array<uint32_t, kChunkTiles> base{};
