@@ -49,8 +49,7 @@ class ConfigError : public std::runtime_error {
 // column holds (positive integers for sm_count, M, N; K a positive multiple of 32; 0 <= split_k <=
 // K/32; finite non-negative us and tflops; a kernel name of letters, digits, '.', '_', '-'; 0 or 1
 // in a `workspace` column, "plain", "prepared", "prepared-int8" or nothing in a `weights` column,
-// when the header
-// names them after the required columns).
+// when the header names them after the required columns).
 std::vector<Row> parse_csv(std::string_view text, std::string_view label);
 
 // One line (no newline) that parse_csv reads back as row (line number, workspace and weights
