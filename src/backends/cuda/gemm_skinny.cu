@@ -15,7 +15,8 @@
 // Block scales are folded as in cuda.decode and cuda.int8_128x128 (int8_fold.cuh): inside a K
 // tile, each weight row's and each activation row's blocks are shifted by d = scale - (the row's
 // smallest scale in the tile) when every d <= 3. The weights enter the MMAs as unsigned magnitudes
-// (w+ and w-, one PRMT each per four codes: its sign mode zeroes the other sign), the activations
+// (w+ and w-, one PRMT each per four codes: its sign mode zeroes the other sign; the PRMTs'
+// selectors are made on the FMA pipe, fold::weight_block_fma), the activations
 // as signed int8, and each 32-wide K slice is two u8 x s8 wgmmas into two int32 sets (w+ . a,
 // w- . a) whose difference is the tile's exact sum (at 64 activation rows, where registers do not
 // hold two sets, one s8 x s8 wgmma on w+ - w-; also at 128). The sum is promoted once per tile:
@@ -64,12 +65,12 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 128;  // one warpgroup
-constexpr int kRows = 64;      // weight rows (columns of D) per CTA
-constexpr int kMaxSplits = 8;  // portable cluster size
-constexpr int kLead = 2;       // weight K tiles loaded ahead into registers
-constexpr int kMaxTokens = 128;            // activation rows per CTA
-constexpr int kMaxUnstagedTokens = 64;     // the largest token tile that may convert per CTA
+constexpr int kThreads = 128;           // one warpgroup
+constexpr int kRows = 64;               // weight rows (columns of D) per CTA
+constexpr int kMaxSplits = 8;           // portable cluster size
+constexpr int kLead = 2;                // weight K tiles loaded ahead into registers
+constexpr int kMaxTokens = 128;         // activation rows per CTA
+constexpr int kMaxUnstagedTokens = 64;  // the largest token tile that may convert per CTA
 
 // The CTA's token tile: only M > kMaxTokens has more than one (a constant 0 below keeps the
 // smaller kernels' registers as they were: the 64-row one spilled with blockIdx.z in its loop).
@@ -276,6 +277,15 @@ struct WeightSource {
     copy_async<8>(scales_gh, scales[0] + size_t(tile) * 64, true);
   }
 
+  // A prepared B's pointers moved on by `tiles` K tiles: the main loop's cursor, which load(0)
+  // reads, so that the next loads' addresses are one add each rather than rebuilt from the kernel
+  // parameters every tile (ptxas does that to save registers).
+  __device__ __forceinline__ void advance(int tiles) {
+    static_assert(kTiled);
+    codes[0] += size_t(tiles) * layout::kTileBytes, codes[1] += size_t(tiles) * layout::kTileBytes;
+    scales[0] += size_t(tiles) * 64;
+  }
+
   // w with the padding blocks of a prepared B's last partial tile (scale 0) as
   // fold_rules::padded_block (a plain B's scale_word does this at the load).
   __device__ __forceinline__ WeightRaw valid_scales(WeightRaw w, int tile) const {
@@ -480,24 +490,22 @@ __device__ __forceinline__ void store_activations(
 }
 
 // The weight fragments of one K tile folded by each row's shifts: word q's w+ and w- of rows g and
-// g + 8 (fold::weight_block, wgmma q's registers); the MMAs sum w+ . a and w- . a into two
+// g + 8 (fold::weight_block_fma, wgmma q's registers); the MMAs sum w+ . a and w- . a into two
 // accumulator sets whose difference is the tile sum. Also whether this lane's rows fold, and their
 // bases (for the fp32 range check).
 struct WeightTile {
   fold::WeightBlock words[4];
-  uint32_t base_g, base_h;
-  bool ok_g, ok_h;
+  fold::FoldedRow row_g, row_h;
 };
 
 // kSigned (kSignedWeights: 64 and 128 activation rows, where registers do not hold two
 // accumulator sets): the positive registers hold the signed values w+ - w- instead, one MMA per K
 // slice.
 template <bool kSigned>
-__device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
+__device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w, uint32_t all_ones) {
   const fold::FoldedRow fg = fold::fold_row(w.scales_g), fh = fold::fold_row(w.scales_h);
   WeightTile tile;
-  tile.base_g = fg.base, tile.base_h = fh.base;
-  tile.ok_g = fg.ok, tile.ok_h = fh.ok;
+  tile.row_g = fg, tile.row_h = fh;
   const uint32_t words_g[4] = {w.g.x, w.g.y, w.g.z, w.g.w};
   const uint32_t words_h[4] = {w.h.x, w.h.y, w.h.z, w.h.w};
   // Every word of the lane is in its block t: one shift per row.
@@ -506,7 +514,7 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     fold::WeightBlock& b = tile.words[q];
-    b = fold::weight_block(words_g[q], words_h[q], shift_g, shift_h);
+    b = fold::weight_block_fma(words_g[q], words_h[q], shift_g, shift_h, all_ones);
     if constexpr (kSigned)
 #pragma unroll
       for (int r = 0; r < 4; ++r) b.positive[r] = signed_s8x4(b.positive[r], b.negative[r]);
@@ -821,7 +829,8 @@ constexpr int kSkinnyCtasPerSm = kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
 // chunk of K tiles, one e4m3 wgmma per K slice and one FFMA per accumulator and tile.
 template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
 __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
-    gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records) {
+    gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records,
+                       uint32_t all_ones) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kSlots = kSlotsOf<kStaged>;
   using S = Smem<kTokens, kSlots>;
@@ -846,12 +855,16 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   const int64_t token0 = token_tile<kTokens>() * kTokens;  // the token tile's first activation row
   // Whether this lane's rows exist (the others are read from valid rows and never stored).
   const bool g_exists = row0 + 16 * warp + g < p.n, h_exists = row0 + 16 * warp + g + 8 < p.n;
+  const bool all_rows_exist = row0 + kRows <= p.n;  // CTA-uniform
   const auto record = [&](int slot) { return smem + slot * R::kSlotStride; };
 
   static_assert(!kFast || (kTokens == kMaxTokens && kStaged && kSigned));
   const WeightSource<kTiled> source(p, row0);
   // Two buffers of weights loaded ahead (kLead = 2): tile i is converted from buffer i % 2, which
   // then loads tile i + 2; the loop is unrolled by two so the buffers stay in registers.
+  // A prepared B's next loads (tile + kLead) from a cursor.
+  WeightSource<kTiled> cursor = source;
+  if constexpr (kTiled) cursor.advance(tile_begin + kLead);
   WeightRaw even = {}, odd = {};
   if (tile_begin < tile_end) even = source.load(tile_begin);
   if (tile_begin + 1 < tile_end) odd = source.load(tile_begin + 1);
@@ -886,8 +899,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
         copy_record(tile);
   } else {
 #pragma unroll
-    for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i)
-      items[i].init(p, i, token0);
+    for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i) items[i].init(p, i, token0);
     if (tile_begin < tile_end) {
       load_activations<kTokens>(items, tile_begin, blocks, a_aligned, a_words, act);
       store_activations<kTokens>(items, act, record(0));
@@ -920,13 +932,23 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
 
   // Fast path for the warp: its existing rows fold (their bases and whether they fold), every
   // activation row folds, and fp32 holds the products for the bases present (the record's range).
-  const auto warp_fast = [&](const BaseRange& bases, bool ok_g, uint32_t base_g, bool ok_h,
-                             uint32_t base_h) {
+  // Where every row of the CTA exists (a uniform branch), one test of both rows: their shifts
+  // or-ed, their smaller base against need, the larger against allow (at most
+  // kMaxScaledTileSumBase, so it also covers fold_row's base <= 251) — a third of the
+  // instructions of the per-row test.
+  const auto warp_fast = [&](const BaseRange& bases, const fold::FoldedRow& row_g,
+                             const fold::FoldedRow& row_h) {
+    if (all_rows_exist) {
+      const int lo = static_cast<int>(min(row_g.base, row_h.base)),
+                hi = static_cast<int>(max(row_g.base, row_h.base));
+      return __all_sync(0xFFFFFFFFu, ((row_g.shifts | row_h.shifts) & 0xFCFCFCFCu) == 0 &&
+                                         lo >= bases.need && hi <= bases.allow);
+    }
     const auto in_range = [&](uint32_t base) {
       return static_cast<int>(base) >= bases.need && static_cast<int>(base) <= bases.allow;
     };
-    const bool lane_ok =
-        (!g_exists || (ok_g && in_range(base_g))) && (!h_exists || (ok_h && in_range(base_h)));
+    const bool lane_ok = (!g_exists || (row_g.ok && in_range(row_g.base))) &&
+                         (!h_exists || (row_h.ok && in_range(row_h.base)));
     return __all_sync(0xFFFFFFFFu, lane_ok);
   };
   // The exact path for K tile `tile` with its record (in_workspace: the record in global memory).
@@ -937,8 +959,13 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
     const uint8_t* activation_record = record(slot);
     WeightTile w =
         kFast ? convert_weights_fast(source.valid_scales(buffer, tile), fast_g.base, fast_h.base)
-              : convert_weights<kSigned>(source.valid_scales(buffer, tile));
-    if (tile + kLead < tile_end) buffer = source.load(tile + kLead);
+              : convert_weights<kSigned>(source.valid_scales(buffer, tile), all_ones);
+    if constexpr (kTiled) {
+      if (tile + kLead < tile_end) buffer = cursor.load(0);
+      cursor.advance(1);
+    } else {
+      if (tile + kLead < tile_end) buffer = source.load(tile + kLead);
+    }
     if constexpr (kStaged) pipeline::wait(&full[slot], (use / kSlots) & 1);
     // Staged: every warp is done with the previous tile's slot, which thread 0 refills. Else: the
     // slot's activations are stored and every warp is done with the other slot.
@@ -985,8 +1012,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       if (tile == tile_begin || tile % kFastChunkTiles == 0)
         load_token_factors<kTokens>(factor, token_factors);
     } else {
-      fast_path = warp_fast(allowed_bases<kTokens, kRanges>(activation_record), w.ok_g, w.base_g,
-                            w.ok_h, w.base_h);
+      fast_path = warp_fast(allowed_bases<kTokens, kRanges>(activation_record), w.row_g, w.row_h);
     }
 
     wgmma::wait<0>();
@@ -1002,7 +1028,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       if constexpr (kFast)
         promote_fast<kTokens>(fast, sums_pos, token_factors);
       else
-        promote_tile<kTokens, kSigned>(fast, sums_pos, sums_neg, w.base_g, w.base_h, factor);
+        promote_tile<kTokens, kSigned>(fast, sums_pos, sums_neg, w.row_g.base, w.row_h.base,
+                                       factor);
     } else if constexpr (kDeferExact) {
       deferred_exact = true;  // redone after the loop
     } else {
@@ -1026,8 +1053,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
             records + record_offset<kTokens>(token_tile<kTokens>(), tiles, t2);
         const WeightRaw raw = source.valid_scales(source.load(t2), t2);
         const fold::FoldedRow fg = fold::fold_row(raw.scales_g), fh = fold::fold_row(raw.scales_h);
-        if (!warp_fast(allowed_bases<kTokens, 1>(activation_record), fg.ok, fg.base, fh.ok,
-                       fh.base))
+        if (!warp_fast(allowed_bases<kTokens, 1>(activation_record), fg, fh))
           add_exact_tile<kTokens, true>(t2, blocks, raw, activation_record, exact, any_exact);
       }
     }
@@ -1046,6 +1072,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   (void)p;
   (void)tiles_per_split;
   (void)records;
+  (void)all_ones;
   __trap();
 #endif
 }
@@ -1195,7 +1222,7 @@ __global__ void __launch_bounds__(kSharedThreads, 1)
   const auto record = [&](int s, int c) { return stage(s) + S::kWeightBytes + c * R::kSlotStride; };
   if (threadIdx.x == 0) {
     for (int s = 0; s < kSharedStages; ++s) {
-      pipeline::init(&full[s], kThreads + 1);     // the converters, and thread 0's expected bytes
+      pipeline::init(&full[s], kThreads + 1);  // the converters, and thread 0's expected bytes
       pipeline::init(&empty[s], kConsumers * kThreads);  // each consumer thread
     }
     pipeline::fence_init();
@@ -1586,7 +1613,7 @@ void launch_gemm(const GemmProblem& p, const uint8_t* records) {
   const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits),
                   static_cast<unsigned>(token_tiles<kTokens>(p)));
   launch_with_y_cluster(kernel, grid, kThreads, kBytes, p.stream, "gemm_skinny_kernel launch",
-                        LaunchOrder::kAfterPrevious, p, per_split, records);
+                        LaunchOrder::kAfterPrevious, p, per_split, records, ~0u);
 }
 
 // gemm_skinny_shared_kernel, its dynamic shared memory allowed (once per variant and process).
@@ -1688,8 +1715,7 @@ std::string gemm_skinny_why_not(const GemmProblem& p) {
   if (p.split_k > 1) return "it takes no split_k (it splits K by whole 128-wide tiles itself)";
   if (p.m > kMaxUnstagedTokens && !records_fit<kMaxTokens>(p))
     return "M above " + std::to_string(kMaxUnstagedTokens) +
-           " needs a context workspace of at least " +
-           std::to_string(staged_bytes<kMaxTokens>(p)) +
+           " needs a context workspace of at least " + std::to_string(staged_bytes<kMaxTokens>(p)) +
            " bytes (its activations are converted once per call there)";
   if (p.b.layout == A4W4_LAYOUT_PLAIN &&
       (reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0 || p.b.stride_bytes % 16 != 0))
