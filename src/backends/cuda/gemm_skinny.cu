@@ -16,7 +16,7 @@
 // tile, each weight row's and each activation row's blocks are shifted by d = scale - (the row's
 // smallest scale in the tile) when every d <= 3. The weights enter the MMAs as unsigned magnitudes
 // (w+ and w-, one PRMT each per four codes: its sign mode zeroes the other sign; the PRMTs'
-// selectors are made on the FMA pipe, fold::weight_block_fma), the activations
+// selectors are made on the FMA pipe, fold::split_row_fma), the activations
 // as signed int8, and each 32-wide K slice is two u8 x s8 wgmmas into two int32 sets (w+ . a,
 // w- . a) whose difference is the tile's exact sum (at 64 activation rows, where registers do not
 // hold two sets, one s8 x s8 wgmma on w+ - w-; also at 128). The sum is promoted once per tile:
@@ -490,7 +490,7 @@ __device__ __forceinline__ void store_activations(
 }
 
 // The weight fragments of one K tile folded by each row's shifts: word q's w+ and w- of rows g and
-// g + 8 (fold::weight_block_fma, wgmma q's registers); the MMAs sum w+ . a and w- . a into two
+// g + 8 (fold::weight_block, wgmma q's registers); the MMAs sum w+ . a and w- . a into two
 // accumulator sets whose difference is the tile sum. Also whether this lane's rows fold, and their
 // bases (for the fp32 range check).
 struct WeightTile {
@@ -514,7 +514,7 @@ __device__ __forceinline__ WeightTile convert_weights(const WeightRaw& w, uint32
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     fold::WeightBlock& b = tile.words[q];
-    b = fold::weight_block_fma(words_g[q], words_h[q], shift_g, shift_h, all_ones);
+    b = fold::weight_block<true>(words_g[q], words_h[q], shift_g, shift_h, all_ones);
     if constexpr (kSigned)
 #pragma unroll
       for (int r = 0; r < 4; ++r) b.positive[r] = signed_s8x4(b.positive[r], b.negative[r]);

@@ -231,25 +231,18 @@ struct WeightBlock {
 [[maybe_unused]] __device__ __forceinline__ uint32_t shifted_table(uint32_t table, uint32_t shift) {
   return __funnelshift_l(0u, table, shift);
 }
-[[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h,
-                                                                     uint32_t shift_g,
-                                                                     uint32_t shift_h) {
-  WeightBlock w;
-  split_row(row_g, shifted_table(kMagnitudesLo, shift_g), shifted_table(kMagnitudesHi, shift_g),
-            w.positive[0], w.positive[2], w.negative[0], w.negative[2]);
-  split_row(row_h, shifted_table(kMagnitudesLo, shift_h), shifted_table(kMagnitudesHi, shift_h),
-            w.positive[1], w.positive[3], w.negative[1], w.negative[3]);
-  return w;
-}
-
-// weight_block with its selectors on the FMA pipe, which the integer pipe's lookups leave idle
-// (the integer pipe takes two cycles per warp instruction on sm_90): x >> 16 is IMAD.HI, ~x and
+// split_row with its selectors on the FMA pipe, which the integer pipe's lookups leave idle (the
+// integer pipe takes two cycles per warp instruction on sm_90): x >> 16 is IMAD.HI, ~x and
 // ~(x >> 16) are IMAD(x, all_ones, all_ones) — all_ones a kernel argument, so that ptxas cannot
 // turn them back into LOP3s — and the negative part is looked up in the reversed table with ~x,
 // whose flipped sign bit zeroes the positive codes (the permute's sign mode) and whose magnitude
 // bits read 7 - m. The shifted tables are IMADs by 2^d too. Only the PRMTs stay on the integer
 // pipe: 4 instructions per 8 codes there instead of 7.
-inline constexpr uint32_t kReversedMagnitudesLo = 0x0406080Cu, kReversedMagnitudesHi = 0x00010203u;
+constexpr uint32_t byte_reversed(uint32_t x) {
+  return x >> 24 | (x >> 8 & 0xFF00u) | (x << 8 & 0xFF0000u) | x << 24;
+}
+inline constexpr uint32_t kReversedMagnitudesLo = byte_reversed(kMagnitudesHi),
+                          kReversedMagnitudesHi = byte_reversed(kMagnitudesLo);
 [[maybe_unused]] __device__ __forceinline__ uint32_t multiply_add(uint32_t a, uint32_t b,
                                                                   uint32_t c) {
   uint32_t r;
@@ -273,13 +266,25 @@ inline constexpr uint32_t kReversedMagnitudesLo = 0x0406080Cu, kReversedMagnitud
   neg_first = permute(rev_lo, rev_hi, multiply_add(codes, all_ones, all_ones));
   neg_second = permute(rev_lo, rev_hi, multiply_add(second, all_ones, all_ones));
 }
-[[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block_fma(
-    uint32_t row_g, uint32_t row_h, uint32_t shift_g, uint32_t shift_h, uint32_t all_ones) {
+
+// Rows g and g + 8 split into the fragment's order. kFmaSelectors: split_row_fma (all_ones: ~0u
+// from a kernel argument), else split_row.
+template <bool kFmaSelectors = false>
+[[maybe_unused]] __device__ __forceinline__ WeightBlock weight_block(uint32_t row_g, uint32_t row_h,
+                                                                     uint32_t shift_g,
+                                                                     uint32_t shift_h,
+                                                                     uint32_t all_ones = 0) {
+  const auto split = [&](uint32_t codes, uint32_t shift, uint32_t& pos_first, uint32_t& pos_second,
+                         uint32_t& neg_first, uint32_t& neg_second) {
+    if constexpr (kFmaSelectors)
+      split_row_fma(codes, shift, all_ones, pos_first, pos_second, neg_first, neg_second);
+    else
+      split_row(codes, shifted_table(kMagnitudesLo, shift), shifted_table(kMagnitudesHi, shift),
+                pos_first, pos_second, neg_first, neg_second);
+  };
   WeightBlock w;
-  split_row_fma(row_g, shift_g, all_ones, w.positive[0], w.positive[2], w.negative[0],
-                w.negative[2]);
-  split_row_fma(row_h, shift_h, all_ones, w.positive[1], w.positive[3], w.negative[1],
-                w.negative[3]);
+  split(row_g, shift_g, w.positive[0], w.positive[2], w.negative[0], w.negative[2]);
+  split(row_h, shift_h, w.positive[1], w.positive[3], w.negative[1], w.negative[3]);
   return w;
 }
 
