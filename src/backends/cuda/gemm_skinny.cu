@@ -880,9 +880,8 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   ActivationItem<kTokens> items[kStaged ? 1 : ActivationShare<kTokens>::kItems];
   ActivationRaw<kTokens> act;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarrierOffset);
-  // Thread 0 copies tile's record into its slot (staged).
-  const auto copy_record = [&](int tile) {
-    const int slot = (tile - tile_begin) % kSlots;
+  // Thread 0 copies tile's record into its slot, (tile - tile_begin) % kSlots (staged).
+  const auto copy_record = [&](int tile, int slot) {
     pipeline::arrive_expect_tx(&full[slot], R::kBytes);
     pipeline::bulk_load(record(slot),
                         records + record_offset<kTokens>(token_tile<kTokens>(), tiles, tile),
@@ -896,7 +895,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
     __syncthreads();
     if (threadIdx.x == 0)
       for (int tile = tile_begin; tile < tile_end && tile < tile_begin + kSlots; ++tile)
-        copy_record(tile);
+        copy_record(tile, tile - tile_begin);
   } else {
 #pragma unroll
     for (int i = 0; i < ActivationShare<kTokens>::kItems; ++i) items[i].init(p, i, token0);
@@ -954,26 +953,37 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   // The exact path for K tile `tile` with its record (in_workspace: the record in global memory).
 
   const uint64_t slot0_descriptor = wgmma::descriptor(wgmma::shared_address(smem));
-  const auto step = [&](int tile, WeightRaw& buffer) {
-    const int use = tile - tile_begin, slot = use % kSlots;
+  // slot: (tile - tile_begin) % kSlots; phase: the ring's round parity, ((tile - tile_begin) /
+  // kSlots) & 1 (staged only). Both are constants in the main loop's unrolled steps.
+  // may_be_ragged (std::bool_constant): whether the tile may be a prepared B's last partial one,
+  // whose padding blocks' scales valid_scales sets (the main loop's tiles never are).
+  const auto step = [&](auto may_be_ragged, int tile, WeightRaw& buffer, int slot,
+                        uint32_t phase) {
     const uint8_t* activation_record = record(slot);
-    WeightTile w =
-        kFast ? convert_weights_fast(source.valid_scales(buffer, tile), fast_g.base, fast_h.base)
-              : convert_weights<kSigned>(source.valid_scales(buffer, tile), all_ones);
+    const WeightRaw& raw = buffer;
+    WeightTile w;
+    if constexpr (decltype(may_be_ragged)::value) {
+      const WeightRaw valid = source.valid_scales(raw, tile);
+      w = kFast ? convert_weights_fast(valid, fast_g.base, fast_h.base)
+                : convert_weights<kSigned>(valid, all_ones);
+    } else {
+      w = kFast ? convert_weights_fast(raw, fast_g.base, fast_h.base)
+                : convert_weights<kSigned>(raw, all_ones);
+    }
     if constexpr (kTiled) {
       if (tile + kLead < tile_end) buffer = cursor.load(0);
       cursor.advance(1);
     } else {
       if (tile + kLead < tile_end) buffer = source.load(tile + kLead);
     }
-    if constexpr (kStaged) pipeline::wait(&full[slot], (use / kSlots) & 1);
+    if constexpr (kStaged) pipeline::wait(&full[slot], phase);
     // Staged: every warp is done with the previous tile's slot, which thread 0 refills. Else: the
     // slot's activations are stored and every warp is done with the other slot.
     __syncthreads();
     if constexpr (kStaged) {
-      if (threadIdx.x == 0 && use > 0 && tile - 1 + kSlots < tile_end) {
+      if (threadIdx.x == 0 && tile > tile_begin && tile - 1 + kSlots < tile_end) {
         wgmma::fence_shared_for_async();  // the exact path's generic reads of it come first
-        copy_record(tile - 1 + kSlots);
+        copy_record(tile - 1 + kSlots, (slot + kSlots - 1) % kSlots);
       }
     }
 
@@ -1003,7 +1013,6 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       wgmma::fence_shared_for_async();
     }
 
-    constexpr int kRanges = kStaged ? 1 : R::kSummaries;  // a staged record's are reduced
     const float* factor = reinterpret_cast<const float*>(activation_record + R::kFactorOffset);
     bool fast_path;
     if constexpr (kFast) {
@@ -1012,6 +1021,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       if (tile == tile_begin || tile % kFastChunkTiles == 0)
         load_token_factors<kTokens>(factor, token_factors);
     } else {
+      constexpr int kRanges = kStaged ? 1 : R::kSummaries;  // a staged record's are reduced
       fast_path = warp_fast(allowed_bases<kTokens, kRanges>(activation_record), w.row_g, w.row_h);
     }
 
@@ -1024,27 +1034,43 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       wgmma::fence_operands(w.words[q].positive);
       if constexpr (!kSigned) wgmma::fence_operands(w.words[q].negative);
     }
+    // Deferred: redone after the loop (or-ed in without a branch; set in one, ptxas kept the flag
+    // in local memory in the four-tile loop).
+    if constexpr (kDeferExact) deferred_exact |= !fast_path;
     if (fast_path) {
       if constexpr (kFast)
         promote_fast<kTokens>(fast, sums_pos, token_factors);
       else
         promote_tile<kTokens, kSigned>(fast, sums_pos, sums_neg, w.row_g.base, w.row_h.base,
                                        factor);
-    } else if constexpr (kDeferExact) {
-      deferred_exact = true;  // redone after the loop
-    } else {
+    } else if constexpr (!kDeferExact) {
       // The tile's weights again (the registers hold tile + kLead now; this path is rare).
       add_exact_tile<kTokens, false, kFast>(tile, blocks,
                                             source.valid_scales(source.load(tile), tile),
                                             activation_record, exact, any_exact);
     }
   };
+  // Unrolled by four tiles so that each step's slot (its record's address and descriptor) and
+  // phase are constants; the weight buffers alternate. The staged ring has four slots, so its
+  // phase flips once per iteration; the two-slot ring has no phase.
+  // A prepared B's last partial K tile is left to the steps after it, which check for it.
+  static_assert(kSlots == 4 || (kSlots == 2 && !kStaged));
+  constexpr std::false_type whole;
+  constexpr std::true_type checked;
+  const int whole_end = kTiled && blocks % 4 != 0 && tile_end == tiles ? tile_end - 1 : tile_end;
   int tile = tile_begin;
-  for (; tile + 1 < tile_end; tile += 2) {
-    step(tile, even);
-    step(tile + 1, odd);
+  uint32_t phase = 0;
+  for (; tile + 3 < whole_end; tile += 4, phase ^= 1u) {
+    step(whole, tile, even, 0, phase);
+    step(whole, tile + 1, odd, 1 % kSlots, phase);
+    step(whole, tile + 2, even, 2 % kSlots, phase);
+    step(whole, tile + 3, odd, 3 % kSlots, phase);
   }
-  if (tile < tile_end) step(tile, even);
+  // At most four tiles left (three whole ones and a partial one): the next round's slots.
+  if (tile < tile_end) step(checked, tile, even, 0, phase);
+  if (tile + 1 < tile_end) step(checked, tile + 1, odd, 1 % kSlots, phase);
+  if (tile + 2 < tile_end) step(checked, tile + 2, even, 2 % kSlots, phase);
+  if (tile + 3 < tile_end) step(checked, tile + 3, odd, 3 % kSlots, phase);
   if constexpr (kDeferExact) {
     if (deferred_exact) {
       // The same decision as in the loop, from the same weights and records.

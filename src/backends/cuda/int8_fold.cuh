@@ -109,7 +109,8 @@ struct TileSumScale {
   uint32_t magic;  // the bits of 1.5 * 2^(base - 106)
   float offset;    // its value
   __device__ __forceinline__ explicit TileSumScale(uint32_t base) {
-    magic = (base + 21) << 23 | 0x400000u;
+    // (base + 21) << 23 | 0x400000 as one shift-and-add (LEA; the or became a second add).
+    magic = (base << 23) + (21u << 23 | 0x400000u);
     offset = __uint_as_float(magic);
   }
   __device__ __forceinline__ float operator()(int32_t a, int32_t b = 0) const {
