@@ -787,9 +787,9 @@ void CudaBackend::run_skinny_cases(bool workspace) {
   // the steps after it.
   for (int64_t m : {8, 16, 32, 64})
     for (int scales : {kTileLocalScales, kFoldScales})
-      run_case(ctx_, rng_,
-               GemmCase{m, 200, 928, A4W4_DTYPE_F32, m == 16, true, scales, true, 0,
-                        "cuda.skinny", 0});
+      run_case(
+          ctx_, rng_,
+          GemmCase{m, 200, 928, A4W4_DTYPE_F32, m == 16, true, scales, true, 0, "cuda.skinny", 0});
   // Eight activation rows at long K over many column tiles (N = 8192, K = 12288: eight partitions
   // where the grid makes 1.5 waves, choose_splits), both layouts.
   for (bool prepared : {false, true})

@@ -957,19 +957,14 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   // kSlots) & 1 (staged only). Both are constants in the main loop's unrolled steps.
   // may_be_ragged (std::bool_constant): whether the tile may be a prepared B's last partial one,
   // whose padding blocks' scales valid_scales sets (the main loop's tiles never are).
-  const auto step = [&](auto may_be_ragged, int tile, WeightRaw& buffer, int slot,
-                        uint32_t phase) {
+  const auto step = [&](auto may_be_ragged, int tile, WeightRaw& buffer, int slot, uint32_t phase) {
     const uint8_t* activation_record = record(slot);
-    const WeightRaw& raw = buffer;
-    WeightTile w;
-    if constexpr (decltype(may_be_ragged)::value) {
-      const WeightRaw valid = source.valid_scales(raw, tile);
-      w = kFast ? convert_weights_fast(valid, fast_g.base, fast_h.base)
-                : convert_weights<kSigned>(valid, all_ones);
-    } else {
-      w = kFast ? convert_weights_fast(raw, fast_g.base, fast_h.base)
-                : convert_weights<kSigned>(raw, all_ones);
-    }
+    const auto convert = [&](const WeightRaw& raw) {
+      return kFast ? convert_weights_fast(raw, fast_g.base, fast_h.base)
+                   : convert_weights<kSigned>(raw, all_ones);
+    };
+    WeightTile w = decltype(may_be_ragged)::value ? convert(source.valid_scales(buffer, tile))
+                                                  : convert(buffer);
     if constexpr (kTiled) {
       if (tile + kLead < tile_end) buffer = cursor.load(0);
       cursor.advance(1);
