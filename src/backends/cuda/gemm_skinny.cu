@@ -1029,16 +1029,15 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       wgmma::fence_operands(w.words[q].positive);
       if constexpr (!kSigned) wgmma::fence_operands(w.words[q].negative);
     }
-    // Deferred: redone after the loop (or-ed in without a branch; set in one, ptxas kept the flag
-    // in local memory in the four-tile loop).
-    if constexpr (kDeferExact) deferred_exact |= !fast_path;
     if (fast_path) {
       if constexpr (kFast)
         promote_fast<kTokens>(fast, sums_pos, token_factors);
       else
         promote_tile<kTokens, kSigned>(fast, sums_pos, sums_neg, w.row_g.base, w.row_h.base,
                                        factor);
-    } else if constexpr (!kDeferExact) {
+    } else if constexpr (kDeferExact) {
+      deferred_exact = true;  // redone after the loop
+    } else {
       // The tile's weights again (the registers hold tile + kLead now; this path is rare).
       add_exact_tile<kTokens, false, kFast>(tile, blocks,
                                             source.valid_scales(source.load(tile), tile),
