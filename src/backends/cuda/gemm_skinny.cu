@@ -286,10 +286,16 @@ struct WeightSource {
     scales[0] += size_t(tiles) * 64;
   }
 
+  // Whether K tile `tile` of a prepared B is its last, partial one (K not a multiple of 128),
+  // whose padding blocks read scale 0.
+  __device__ __forceinline__ bool partial(int tile) const {
+    return kTiled && 4 * tile + 4 > blocks;
+  }
+
   // w with the padding blocks of a prepared B's last partial tile (scale 0) as
   // fold_rules::padded_block (a plain B's scale_word does this at the load).
   __device__ __forceinline__ WeightRaw valid_scales(WeightRaw w, int tile) const {
-    if (kTiled && 4 * tile + 4 > blocks) {
+    if (partial(tile)) {
       w.scales_g = fold_rules::padded_scale_word(w.scales_g, blocks - 4 * tile);
       w.scales_h = fold_rules::padded_scale_word(w.scales_h, blocks - 4 * tile);
     }
@@ -1029,15 +1035,16 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
       wgmma::fence_operands(w.words[q].positive);
       if constexpr (!kSigned) wgmma::fence_operands(w.words[q].negative);
     }
+    // Or-ed rather than set in the slow branch: set there, ptxas keeps the flag in local memory
+    // across the unrolled loop's four steps.
+    if constexpr (kDeferExact) deferred_exact |= !fast_path;  // the tile is redone after the loop
     if (fast_path) {
       if constexpr (kFast)
         promote_fast<kTokens>(fast, sums_pos, token_factors);
       else
         promote_tile<kTokens, kSigned>(fast, sums_pos, sums_neg, w.row_g.base, w.row_h.base,
                                        factor);
-    } else if constexpr (kDeferExact) {
-      deferred_exact = true;  // redone after the loop
-    } else {
+    } else if constexpr (!kDeferExact) {
       // The tile's weights again (the registers hold tile + kLead now; this path is rare).
       add_exact_tile<kTokens, false, kFast>(tile, blocks,
                                             source.valid_scales(source.load(tile), tile),
@@ -1051,7 +1058,7 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   static_assert(kSlots == 4 || (kSlots == 2 && !kStaged));
   constexpr std::false_type whole;
   constexpr std::true_type checked;
-  const int whole_end = kTiled && blocks % 4 != 0 && tile_end == tiles ? tile_end - 1 : tile_end;
+  const int whole_end = source.partial(tile_end - 1) ? tile_end - 1 : tile_end;
   int tile = tile_begin;
   uint32_t phase = 0;
   for (; tile + 3 < whole_end; tile += 4, phase ^= 1u) {
