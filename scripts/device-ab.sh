@@ -50,18 +50,6 @@ for v in "${variants[@]}" "${tests[@]}" "${memchecks[@]}"; do
 done
 with() { local v=$1 && shift && LD_LIBRARY_PATH="$libs/$v:$base_path" "$@"; }
 
-# The first failures of a GoogleTest log, each with what failed and the innermost case it was in
-# (SCOPED_TRACE), for the output tail: the device returns few files, and a failing call's logs may
-# not be among them.
-failures() {
-  awk -v max=6 '
-    /: Failure$/ { if (++n > max) exit; want = 1 }
-    want && /comparison failed|Which is:|Value of:|Expected:|Actual:/ { print "  " substr($0, 1, 240) }
-    /^Google Test trace:/ { trace = 1; next }
-    trace { print "    in " substr($0, 1, 200); trace = 0; want = 0 }
-  ' "$1"
-}
-
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
 for v in "${tests[@]}"; do
   with "$v" ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 600 >"$OUT/ctest-$v.log" 2>&1

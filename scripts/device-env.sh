@@ -15,3 +15,15 @@ for module in "$BUILD"/cmake-modules/*.cmake; do
   [[ -n $target && ! -e $target ]] && mkdir -p "$(dirname "$target")" && cp "$module" "$target"
 done
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime-libs:${LD_LIBRARY_PATH:-}"
+
+# The first failures of a GoogleTest log, each with what failed and the innermost case it was in
+# (SCOPED_TRACE), for the output tail (device-run.sh, device-ab.sh): the device returns few files,
+# and a failing call's logs may not be among them.
+failures() {
+  awk -v max=6 '
+    /: Failure$/ { if (++n > max) exit; want = 1 }
+    want && /comparison failed|Which is:|Value of:|Expected:|Actual:/ { print "  " substr($0, 1, 240) }
+    /^Google Test trace:/ { trace = 1; next }
+    trace { print "    in " substr($0, 1, 200); trace = 0; want = 0 }
+  ' "$1"
+}

@@ -35,6 +35,7 @@ if [[ $steps == *tests* ]]; then
   ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout "${CTEST_TIMEOUT:-600}" >"$OUT/ctest-cuda.log" 2>&1
   echo "ctest rc=$?" | tee -a "$OUT/summary.txt"
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/ctest-cuda.log" | tail -20 | tee -a "$OUT/summary.txt"
+  failures "$OUT/ctest-cuda.log" | tee -a "$OUT/summary.txt"
 fi
 if [[ $steps == *probe* ]]; then
   log "wgmma probe (layouts, accumulation bits)"
@@ -46,6 +47,7 @@ if [[ $steps == *memcheck* ]]; then
     --gtest_filter='-*GemmMatchesReferenceAcrossShapesAndEpilogues*' >"$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | tail -5 | tee -a "$OUT/summary.txt"
+  failures "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
 fi
 if [[ $steps == *racecheck* ]]; then
   # Racecheck over the GPU tests takes far longer than memcheck (the cuda.skinny test alone runs
