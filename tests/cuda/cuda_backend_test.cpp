@@ -790,6 +790,22 @@ void CudaBackend::run_skinny_cases(bool workspace) {
       run_case(
           ctx_, rng_,
           GemmCase{m, 200, 928, A4W4_DTYPE_F32, m == 16, true, scales, true, 0, "cuda.skinny", 0});
+  // The deep kernels (4 K tiles of weights ahead, launch_gemm: at most two CTAs per SM, partitions
+  // of 16 K tiles or more; most cases above split K into shorter ones): K = 16448 (128 whole tiles
+  // and a partial one) in eight partitions of 17 on 4 column tiles (N = 200, the last ragged), at
+  // every token tile up to 64 rows, both layouts. Then grids of more than two CTAs per SM (N =
+  // 9000: 141 column tiles in two partitions, 282 CTAs on 132 SMs), which take the kernels with 2
+  // K tiles ahead at any partition length.
+  for (int64_t m : {8, 16, 32, 64})
+    run_case(ctx_, rng_,
+             GemmCase{m, 200, 16448, A4W4_DTYPE_F32, m == 16, true,
+                      m == 64 ? kFoldDriftScales : kTileLocalScales, m == 8 || m == 64, 0,
+                      "cuda.skinny", 0});
+  for (int64_t m : {8, 16, 32, 64})
+    run_case(ctx_, rng_,
+             GemmCase{m, 9000, 1280, A4W4_DTYPE_BF16, m == 32, true,
+                      m % 16 == 0 ? kTileLocalScales : kFoldScales, m % 16 != 0 || m == 32, 0,
+                      "cuda.skinny", 0});
   // Eight activation rows at long K over many column tiles (N = 8192, K = 12288: eight partitions
   // where the grid makes 1.5 waves, choose_splits), both layouts.
   for (bool prepared : {false, true})

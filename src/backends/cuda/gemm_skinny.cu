@@ -34,8 +34,8 @@
 // two loads are one whole 1 KB tile). The activations are written into the same K slots: element
 // 8 q + i of block b goes to byte 32 q + 4 b + i (i < 4) or 32 q + 16 + 4 b + i - 4.
 //
-// Per K tile a CTA: converts its weights' fragments (loaded kLead tiles ahead into registers),
-// issues the tile's wgmmas on the activations of a ring slot, and promotes. The activations of a
+// Per K tile a CTA: converts its weights' fragments (loaded 2 or, in a deep kernel, 4 tiles ahead
+// into registers), issues the tile's wgmmas on the activations of a ring slot, and promotes. The activations of a
 // K tile (an ActivationRecord: values, factors, fold summaries) are the same for every CTA: with a
 // workspace, stage_activations_kernel converts each tile once for the call and thread 0 copies the
 // records into a four-slot ring (bulk copies on mbarriers); without one, every CTA converts the
@@ -68,7 +68,6 @@ namespace cg = cooperative_groups;
 constexpr int kThreads = 128;           // one warpgroup
 constexpr int kRows = 64;               // weight rows (columns of D) per CTA
 constexpr int kMaxSplits = 8;           // portable cluster size
-constexpr int kLead = 2;                // weight K tiles loaded ahead into registers
 constexpr int kMaxTokens = 128;         // activation rows per CTA
 constexpr int kMaxUnstagedTokens = 64;  // the largest token tile that may convert per CTA
 
@@ -830,11 +829,27 @@ constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 template <int kTokens>
 constexpr int kSkinnyCtasPerSm = kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
 
+// Deep kernels (up to 64 activation rows): the weights of 4 K tiles ahead in registers instead of
+// 2, at two CTAs per SM (up to 255 registers) — for grids that leave at most about two CTAs per
+// SM anyway (N = 8192 at two partitions: 256 CTAs), where the weight stream of 8 warps per SM
+// with 2 tiles each in flight reads well below the copy bandwidth (bench/skinny_load_pattern.cu:
+// 57-66% of a contiguous read at 8192 x 28672, two partitions). H100, prepared B, us, 2 / 4 tiles
+// ahead: 32 x 8192 x 28672 70.2 / 65.3, 16 x 8192 x 8192 22.4 / 21.2, 32 x 8192 x 8192 24.6 /
+// 23.5, 64 x 8192 x 8192 28.1 / 27.5; with 896 CTAs (16 x 28672 x 8192, two per SM then) 56.5 /
+// 63.4, so only where the grid has at most two CTAs per SM (launch_gemm).
+// Partitions of 8 K tiles gained nothing (H100: 64 x 2880 x 4096, 180 CTAs, 12.6 -> 12.9 us);
+// every gain above had 32 or more.
+constexpr int kMinDeepTiles = 16;
+template <bool kDeep>
+constexpr int kLeadOf = kDeep ? 4 : 2;  // weight K tiles loaded ahead into registers
+template <int kTokens, bool kDeep>
+constexpr int kCtasPerSmOf = kDeep ? 2 : kSkinnyCtasPerSm<kTokens>;
+
 // kFast (fast accumulation; 128 staged activation rows only): FP8 e4m3 as in the two-token-tile
 // kernel — the weight rows folded once for the CTA's K tiles (fast_row_bases), the records per
 // chunk of K tiles, one e4m3 wgmma per K slice and one FFMA per accumulator and tile.
-template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
-__global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
+template <int kTokens, bool kTiled, bool kStaged, bool kFast = false, bool kDeep = false>
+__global__ void __launch_bounds__(kThreads, (kCtasPerSmOf<kTokens, kDeep>))
     gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records,
                        uint32_t all_ones) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -865,15 +880,18 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   const auto record = [&](int slot) { return smem + slot * R::kSlotStride; };
 
   static_assert(!kFast || (kTokens == kMaxTokens && kStaged && kSigned));
+  static_assert(!kDeep || (kTokens <= kMaxUnstagedTokens && !kFast));
   const WeightSource<kTiled> source(p, row0);
-  // Two buffers of weights loaded ahead (kLead = 2): tile i is converted from buffer i % 2, which
-  // then loads tile i + 2; the loop is unrolled by two so the buffers stay in registers.
+  // kLead buffers of weights loaded ahead: tile i is converted from buffer i % kLead, which then
+  // loads tile i + kLead; the loop is unrolled by four tiles so the buffers stay in registers.
   // A prepared B's next loads (tile + kLead) from a cursor.
+  constexpr int kLead = kLeadOf<kDeep>;
   WeightSource<kTiled> cursor = source;
   if constexpr (kTiled) cursor.advance(tile_begin + kLead);
-  WeightRaw even = {}, odd = {};
-  if (tile_begin < tile_end) even = source.load(tile_begin);
-  if (tile_begin + 1 < tile_end) odd = source.load(tile_begin + 1);
+  WeightRaw ahead[kLead] = {};
+#pragma unroll
+  for (int i = 0; i < kLead; ++i)
+    if (tile_begin + i < tile_end) ahead[i] = source.load(tile_begin + i);
   // kFast: this lane's rows' bases for the CTA's K tiles, and whether the warp's existing rows all
   // fit the window (else its tiles take the exact path).
   fold::FastRow fast_g{}, fast_h{};
@@ -1062,16 +1080,16 @@ __global__ void __launch_bounds__(kThreads, kSkinnyCtasPerSm<kTokens>)
   int tile = tile_begin;
   uint32_t phase = 0;
   for (; tile + 3 < whole_end; tile += 4, phase ^= 1u) {
-    step(whole, tile, even, 0, phase);
-    step(whole, tile + 1, odd, 1 % kSlots, phase);
-    step(whole, tile + 2, even, 2 % kSlots, phase);
-    step(whole, tile + 3, odd, 3 % kSlots, phase);
+    step(whole, tile, ahead[0], 0, phase);
+    step(whole, tile + 1, ahead[1], 1 % kSlots, phase);
+    step(whole, tile + 2, ahead[2 % kLead], 2 % kSlots, phase);
+    step(whole, tile + 3, ahead[3 % kLead], 3 % kSlots, phase);
   }
   // At most four tiles left (three whole ones and a partial one): the next round's slots.
-  if (tile < tile_end) step(checked, tile, even, 0, phase);
-  if (tile + 1 < tile_end) step(checked, tile + 1, odd, 1 % kSlots, phase);
-  if (tile + 2 < tile_end) step(checked, tile + 2, even, 2 % kSlots, phase);
-  if (tile + 3 < tile_end) step(checked, tile + 3, odd, 3 % kSlots, phase);
+  if (tile < tile_end) step(checked, tile, ahead[0], 0, phase);
+  if (tile + 1 < tile_end) step(checked, tile + 1, ahead[1], 1 % kSlots, phase);
+  if (tile + 2 < tile_end) step(checked, tile + 2, ahead[2 % kLead], 2 % kSlots, phase);
+  if (tile + 3 < tile_end) step(checked, tile + 3, ahead[3 % kLead], 3 % kSlots, phase);
   if constexpr (kDeferExact) {
     if (deferred_exact) {
       // The same decision as in the loop, from the same weights and records.
@@ -1528,11 +1546,11 @@ int64_t staged_bytes(const GemmProblem& p) {
 
 // The kernel, its dynamic shared memory allowed (once per instantiation and process) before any
 // launch or occupancy query.
-template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
+template <int kTokens, bool kTiled, bool kStaged, bool kFast = false, bool kDeep = false>
 auto skinny_kernel() {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
   static_assert(kBytes <= 227 * 1024);
-  const auto kernel = gemm_skinny_kernel<kTokens, kTiled, kStaged, kFast>;
+  const auto kernel = gemm_skinny_kernel<kTokens, kTiled, kStaged, kFast, kDeep>;
   static const cudaError_t attribute =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   check_cuda(attribute, "cudaFuncSetAttribute(gemm_skinny_kernel)");
@@ -1554,11 +1572,11 @@ int64_t cached_resident_ctas(std::atomic<int> (&known)[kMaxSplits + 1], Kernel k
 
 // CTAs of the kernel resident at once in clusters of `splits` (the GPCs decide where clusters
 // fit: on the H200 at four CTAs per SM, 528 CTAs alone but 496 in clusters of 4 or 8).
-template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
+template <int kTokens, bool kTiled, bool kStaged, bool kFast = false, bool kDeep = false>
 int64_t resident_ctas(int splits, int ordinal) {
   static std::atomic<int> known[kMaxSplits + 1];  // clusters; 0: not asked yet
-  return cached_resident_ctas(known, skinny_kernel<kTokens, kTiled, kStaged, kFast>(), kThreads,
-                              Smem<kTokens, kSlotsOf<kStaged>>::kBytes, splits, ordinal);
+  return cached_resident_ctas(known, skinny_kernel<kTokens, kTiled, kStaged, kFast, kDeep>(),
+                              kThreads, Smem<kTokens, kSlotsOf<kStaged>>::kBytes, splits, ordinal);
 }
 
 // The 128-row token tiles' split rule (below), for `ctas` CTAs before splitting; resident(s): the
@@ -1630,17 +1648,28 @@ int choose_splits(const GemmProblem& p) {
   return splits_for_waves(ctas, resident, allowed);
 }
 
+// The split as choose_splits gives it; up to 64 activation rows, the deep kernel where the grid
+// has at most two CTAs per SM, its resident CTAs hold the whole grid at that split and the
+// partitions are long (kDeep, kMinDeepTiles).
 template <int kTokens, bool kTiled, bool kStaged, bool kFast = false>
 void launch_gemm(const GemmProblem& p, const uint8_t* records) {
   constexpr int kBytes = Smem<kTokens, kSlotsOf<kStaged>>::kBytes;
-  const auto kernel = skinny_kernel<kTokens, kTiled, kStaged, kFast>();
   const int splits = choose_splits<kTokens, kTiled, kStaged, kFast>(p);
   const int tiles = static_cast<int>(layout::k_tiles(p.k));
   const int per_split = (tiles + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(column_tiles(p)), static_cast<unsigned>(splits),
                   static_cast<unsigned>(token_tiles<kTokens>(p)));
-  launch_with_y_cluster(kernel, grid, kThreads, kBytes, p.stream, "gemm_skinny_kernel launch",
-                        LaunchOrder::kAfterPrevious, p, per_split, records, ~0u);
+  const auto run = [&](auto kernel) {
+    launch_with_y_cluster(kernel, grid, kThreads, kBytes, p.stream, "gemm_skinny_kernel launch",
+                          LaunchOrder::kAfterPrevious, p, per_split, records, ~0u);
+  };
+  if constexpr (kTokens <= kMaxUnstagedTokens) {
+    const int64_t ctas = int64_t{grid.x} * grid.y * grid.z;
+    if (per_split >= kMinDeepTiles && ctas <= 2 * int64_t{device_info(p.device.ordinal).sm_count} &&
+        ctas <= resident_ctas<kTokens, kTiled, kStaged, false, true>(splits, p.device.ordinal))
+      return run(skinny_kernel<kTokens, kTiled, kStaged, false, true>());
+  }
+  run(skinny_kernel<kTokens, kTiled, kStaged, kFast>());
 }
 
 // gemm_skinny_shared_kernel, its dynamic shared memory allowed (once per variant and process).
