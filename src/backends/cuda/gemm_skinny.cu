@@ -35,15 +35,15 @@
 // 8 q + i of block b goes to byte 32 q + 4 b + i (i < 4) or 32 q + 16 + 4 b + i - 4.
 //
 // Per K tile a CTA: converts its weights' fragments (loaded 2 or, in a deep kernel, 4 tiles ahead
-// into registers), issues the tile's wgmmas on the activations of a ring slot, and promotes. The activations of a
-// K tile (an ActivationRecord: values, factors, fold summaries) are the same for every CTA: with a
-// workspace, stage_activations_kernel converts each tile once for the call and thread 0 copies the
-// records into a four-slot ring (bulk copies on mbarriers); without one, every CTA converts the
-// next tile's activations into the other slot of a two-slot ring while the MMAs run (all 128
-// threads: ActivationShare) — at M = 16..64 and N = 8192..28672 that repeated work took a third
-// of the time. The partitions' sums meet in shared memory as doubles and are added in rank order
-// through distributed shared memory, each rank finishing a slice of the tile (alpha, beta * C,
-// bias, one rounding).
+// into registers), issues the tile's wgmmas on the activations of a ring slot, and promotes. The
+// activations of a K tile (an ActivationRecord: values, factors, fold summaries) are the same for
+// every CTA: with a workspace, stage_activations_kernel converts each tile once for the call and
+// thread 0 copies the records into a four-slot ring (bulk copies on mbarriers); without one, every
+// CTA converts the next tile's activations into the other slot of a two-slot ring while the MMAs
+// run (all 128 threads: ActivationShare) — at M = 16..64 and N = 8192..28672 that repeated work
+// took a third of the time. The partitions' sums meet in shared memory as doubles and are added in
+// rank order through distributed shared memory, each rank finishing a slice of the tile (alpha,
+// beta * C, bias, one rounding).
 #include <cooperative_groups.h>
 
 #include <atomic>
