@@ -228,6 +228,10 @@ int main(int argc, char** argv) {
   run<2, true, 256, O::kTileMajor>(s, "2 ahead, barrier, work 256, tile-major", 4, read_us);
   run<4, true, 256, O::kGroupMajor>(s, "4 ahead, barrier, work 256", 4, read_us);
   run<4, true, 256, O::kTileMajor>(s, "4 ahead, barrier, work 256, tile-major", 4, read_us);
+  // The occupancy of the kernels as built: 3 CTAs per SM (32 and 64 rows), 2 (deep).
+  run<2, true, 192, O::kGroupMajor>(s, "2 ahead, barrier, work 192", 3, read_us);
+  run<4, true, 192, O::kGroupMajor>(s, "4 ahead, barrier, work 192", 2, read_us);
+  run<4, true, 192, O::kGroupMajor>(s, "4 ahead, barrier, work 192", 3, read_us);
   run<2, true, 0, O::kGroupMajor>(s, "2 ahead, barrier", 8, read_us);
   run<2, true, 192, O::kGroupMajor>(s, "2 ahead, barrier, work 192", 8, read_us);
   run<2, true, 192, O::kTileMajor>(s, "2 ahead, barrier, work 192, tile-major", 8, read_us);
