@@ -824,11 +824,6 @@ constexpr int kStagedSlots = 4;
 template <bool kStaged>
 constexpr int kSlotsOf = kStaged ? kStagedSlots : 2;
 
-// CTAs per SM as a register bound: 4 up to 16 activation rows, 3 from 32 (168 registers);
-// 128 activation rows: two CTAs of up to 255 registers (64 int32 sums, 64 fp32 accumulators).
-template <int kTokens>
-constexpr int kSkinnyCtasPerSm = kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
-
 // Deep kernels (up to 64 activation rows): the weights of 4 K tiles ahead in registers instead of
 // 2, at two CTAs per SM (up to 255 registers) — for grids that leave at most about two CTAs per
 // SM anyway (N = 8192 at two partitions: 256 CTAs), where the weight stream of 8 warps per SM
@@ -842,14 +837,17 @@ constexpr int kSkinnyCtasPerSm = kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
 constexpr int kMinDeepTiles = 16;
 template <bool kDeep>
 constexpr int kLeadOf = kDeep ? 4 : 2;  // weight K tiles loaded ahead into registers
+// CTAs per SM as a register bound: 4 up to 16 activation rows, 3 from 32 (168 registers);
+// 128 activation rows and the deep kernels: two CTAs of up to 255 registers (at 128 rows 64 int32
+// sums, 64 fp32 accumulators).
 template <int kTokens, bool kDeep>
-constexpr int kCtasPerSmOf = kDeep ? 2 : kSkinnyCtasPerSm<kTokens>;
+constexpr int kSkinnyCtasPerSm = kDeep || kTokens == 128 ? 2 : (kTokens >= 32 ? 3 : 4);
 
 // kFast (fast accumulation; 128 staged activation rows only): FP8 e4m3 as in the two-token-tile
 // kernel — the weight rows folded once for the CTA's K tiles (fast_row_bases), the records per
 // chunk of K tiles, one e4m3 wgmma per K slice and one FFMA per accumulator and tile.
 template <int kTokens, bool kTiled, bool kStaged, bool kFast = false, bool kDeep = false>
-__global__ void __launch_bounds__(kThreads, (kCtasPerSmOf<kTokens, kDeep>))
+__global__ void __launch_bounds__(kThreads, (kSkinnyCtasPerSm<kTokens, kDeep>))
     gemm_skinny_kernel(const GemmProblem p, int tiles_per_split, const uint8_t* records,
                        uint32_t all_ones) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -886,6 +884,7 @@ __global__ void __launch_bounds__(kThreads, (kCtasPerSmOf<kTokens, kDeep>))
   // loads tile i + kLead; the loop is unrolled by four tiles so the buffers stay in registers.
   // A prepared B's next loads (tile + kLead) from a cursor.
   constexpr int kLead = kLeadOf<kDeep>;
+  static_assert(4 % kLead == 0);  // the unrolled steps' buffers, ahead[step % kLead]
   WeightSource<kTiled> cursor = source;
   if constexpr (kTiled) cursor.advance(tile_begin + kLead);
   WeightRaw ahead[kLead] = {};
