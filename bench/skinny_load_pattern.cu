@@ -11,8 +11,10 @@
 // side, 4 KB per CTA and tile), rotated (group-major, each CTA starting at its own tile) or
 // tile-major (K tile t of all groups side by side, then t + 1: the GPU's simultaneous loads one
 // contiguous region). Floors in the same program: a contiguous read and a copy of the
-// same bytes (fill.h's read_with_kernel / copy_with_kernel). Times: median of 60 launches (CUDA
-// events), rotating through operand sets larger than 3 L2s, after 10 warm-up launches.
+// same bytes (fill.h's read_with_kernel / copy_with_kernel). Times: gpu_bench.h's time_enqueued
+// (median of replays of a graph of back-to-back launches, after 100 ms of warm-up), rotating
+// through operand sets larger than 3 L2s. (Session 36's figures in bench/RESULTS.md were taken by
+// 726c1ef's version, which timed each launch between two events instead.)
 // Usage: a4w4_skinny_load_pattern [N K SPLITS] (default 28672 8192 2, cuda.skinny's choice at
 // 16 x 28672 x 8192); exit 77 without an sm_90 GPU. Results: bench/RESULTS.md (session 36).
 #include <cuda_runtime_api.h>
@@ -20,17 +22,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "fill.h"
+#include "gpu_bench.h"
 
 namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kTileBytes = 1024, kTileScaleBytes = 64;  // one 16-row group, 128 K
-constexpr int kSamples = 60, kWarmup = 10;
+constexpr int kSamples = 15, kWarmupMs = 100;
 
 enum class Order { kGroupMajor, kCtaAdjacent, kRotated, kTileMajor };
 
@@ -101,29 +104,16 @@ struct Setup {
   size_t code_bytes, scale_bytes;
   std::vector<Operands> operands;
   uint32_t* sink;
+  cudaStream_t stream;
   [[nodiscard]] double bytes() const { return static_cast<double>(code_bytes + scale_bytes); }
 };
 
-// Median of kSamples launches of launch(set), each between two events, rotating through the sets.
+// Microseconds per launch(stream, set), rotating through the operand sets (time_enqueued).
 template <typename Launch>
 float median_us(const Setup& s, Launch launch) {
-  for (int i = 0; i < kWarmup; ++i) launch(i % s.sets);
-  std::vector<cudaEvent_t> events(kSamples + 1);
-  for (auto& e : events) cudaEventCreate(&e);
-  cudaEventRecord(events[0]);
-  for (int i = 0; i < kSamples; ++i) {
-    launch(i % s.sets);
-    cudaEventRecord(events[i + 1]);
-  }
-  cudaEventSynchronize(events[kSamples]);
-  std::vector<float> us(kSamples);
-  for (int i = 0; i < kSamples; ++i) {
-    cudaEventElapsedTime(&us[i], events[i], events[i + 1]);
-    us[i] *= 1000.0f;
-  }
-  for (auto& e : events) cudaEventDestroy(e);
-  std::nth_element(us.begin(), us.begin() + kSamples / 2, us.end());
-  return us[kSamples / 2];
+  return static_cast<float>(a4w4::bench::time_enqueued(
+      [&](void* stream, int i) { launch(static_cast<cudaStream_t>(stream), i % s.sets); }, s.stream,
+      kSamples, 2000.0, kWarmupMs));
 }
 
 void print_row(const char* name, int per_sm, float us, double bytes, float read_us) {
@@ -141,14 +131,57 @@ void run(const Setup& s, const char* name, int per_sm, float read_us) {
   const int smem = smem_per_sm / per_sm - 2048;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const dim3 grid(static_cast<unsigned>(s.n / 64), static_cast<unsigned>(s.splits));
-  const float us = median_us(s, [&](int set) {
-    kernel<<<grid, kThreads, smem>>>(s.operands[set], s.k / 128, s.splits, s.sink);
+  const float us = median_us(s, [&](cudaStream_t stream, int set) {
+    kernel<<<grid, kThreads, smem, stream>>>(s.operands[set], s.k / 128, s.splits, s.sink);
   });
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    std::printf("%s: %s\n", name, cudaGetErrorString(e));
-    std::exit(1);
-  }
   print_row(name, per_sm, us, s.bytes(), read_us);
+}
+
+// The floors, then every stream variant.
+void run_all(const Setup& s, const cudaDeviceProp& prop, void* copy_target) {
+  std::printf(
+      "%s, %d SMs; %d x %d weights (%.1f MB with scales), %d K partitions, %d operand sets\n\n",
+      prop.name, s.sm_count, s.n, s.k, s.bytes() / 1e6, s.splits, s.sets);
+  std::printf("| stream | CTAs/SM | us | GB/s | of read |\n|---|---|---|---|---|\n");
+  // The floors: the codes and scales read contiguously (fill.h; 8 CTAs of 256 threads per SM) and
+  // the codes copied (half read, half written; the bytes of the % of copy bandwidth figures).
+  const float read_us = median_us(s, [&](cudaStream_t stream, int set) {
+    a4w4::bench::read_with_kernel(s.operands[set].codes, s.code_bytes + s.scale_bytes, s.sink,
+                                  s.sm_count, stream);
+  });
+  print_row("read, contiguous", 0, read_us, s.bytes(), read_us);
+  const float copy_us = median_us(s, [&](cudaStream_t stream, int set) {
+    a4w4::bench::copy_with_kernel(s.operands[set].codes, copy_target, s.code_bytes, s.sm_count,
+                                  stream);
+  });
+  std::printf("| %-34s | %7s | %6.1f | %5.0f | (copy) |\n", "copy of the codes", "-", copy_us,
+              2.0 * double(s.code_bytes) / copy_us / 1e3);
+
+  using O = Order;
+  run<2, false, 0, O::kGroupMajor>(s, "2 ahead", 4, read_us);
+  run<2, true, 0, O::kGroupMajor>(s, "2 ahead, barrier", 4, read_us);
+  run<1, true, 0, O::kGroupMajor>(s, "1 ahead, barrier", 4, read_us);
+  run<4, true, 0, O::kGroupMajor>(s, "4 ahead, barrier", 4, read_us);
+  run<2, true, 0, O::kCtaAdjacent>(s, "2 ahead, barrier, CTA-adjacent", 4, read_us);
+  run<2, true, 0, O::kRotated>(s, "2 ahead, barrier, rotated", 4, read_us);
+  run<2, true, 0, O::kTileMajor>(s, "2 ahead, barrier, tile-major", 4, read_us);
+  run<4, true, 0, O::kTileMajor>(s, "4 ahead, barrier, tile-major", 4, read_us);
+  run<2, true, 128, O::kGroupMajor>(s, "2 ahead, barrier, work 128", 4, read_us);
+  run<2, true, 128, O::kRotated>(s, "2 ahead, barrier, work 128, rotated", 4, read_us);
+  run<2, true, 128, O::kTileMajor>(s, "2 ahead, barrier, work 128, tile-major", 4, read_us);
+  run<2, true, 192, O::kGroupMajor>(s, "2 ahead, barrier, work 192", 4, read_us);
+  run<2, true, 192, O::kTileMajor>(s, "2 ahead, barrier, work 192, tile-major", 4, read_us);
+  run<2, true, 256, O::kGroupMajor>(s, "2 ahead, barrier, work 256", 4, read_us);
+  run<2, true, 256, O::kTileMajor>(s, "2 ahead, barrier, work 256, tile-major", 4, read_us);
+  run<4, true, 256, O::kGroupMajor>(s, "4 ahead, barrier, work 256", 4, read_us);
+  run<4, true, 256, O::kTileMajor>(s, "4 ahead, barrier, work 256, tile-major", 4, read_us);
+  // The occupancy of the kernels as built: 3 CTAs per SM (32 and 64 rows), 2 (deep).
+  run<2, true, 192, O::kGroupMajor>(s, "2 ahead, barrier, work 192", 3, read_us);
+  run<4, true, 192, O::kGroupMajor>(s, "4 ahead, barrier, work 192", 2, read_us);
+  run<4, true, 192, O::kGroupMajor>(s, "4 ahead, barrier, work 192", 3, read_us);
+  run<2, true, 0, O::kGroupMajor>(s, "2 ahead, barrier", 8, read_us);
+  run<2, true, 192, O::kGroupMajor>(s, "2 ahead, barrier, work 192", 8, read_us);
+  run<2, true, 192, O::kTileMajor>(s, "2 ahead, barrier, work 192, tile-major", 8, read_us);
 }
 
 }  // namespace
@@ -191,53 +224,17 @@ int main(int argc, char** argv) {
   void* copy_target = nullptr;
   cudaMalloc(&s.sink, 4096);
   cudaMalloc(&copy_target, s.code_bytes);
-
-  std::printf(
-      "%s, %d SMs; %d x %d weights (%.1f MB with scales), %d K partitions, %d operand sets\n\n",
-      prop.name, s.sm_count, s.n, s.k, s.bytes() / 1e6, s.splits, s.sets);
-  std::printf("| stream | CTAs/SM | us | GB/s | of read |\n|---|---|---|---|---|\n");
-  // The floors: the codes and scales read contiguously (fill.h; 8 CTAs of 256 threads per SM) and
-  // the codes copied (half read, half written; the bytes of the % of copy bandwidth figures).
-  const float read_us = median_us(s, [&](int set) {
-    a4w4::bench::read_with_kernel(s.operands[set].codes, s.code_bytes + s.scale_bytes, s.sink,
-                                  s.sm_count, nullptr);
-  });
-  print_row("read, contiguous", 0, read_us, s.bytes(), read_us);
-  const float copy_us = median_us(s, [&](int set) {
-    a4w4::bench::copy_with_kernel(s.operands[set].codes, copy_target, s.code_bytes, s.sm_count,
-                                  nullptr);
-  });
-  std::printf("| %-34s | %7s | %6.1f | %5.0f | (copy) |\n", "copy of the codes", "-", copy_us,
-              2.0 * double(s.code_bytes) / copy_us / 1e3);
-
-  using O = Order;
-  run<2, false, 0, O::kGroupMajor>(s, "2 ahead", 4, read_us);
-  run<2, true, 0, O::kGroupMajor>(s, "2 ahead, barrier", 4, read_us);
-  run<1, true, 0, O::kGroupMajor>(s, "1 ahead, barrier", 4, read_us);
-  run<4, true, 0, O::kGroupMajor>(s, "4 ahead, barrier", 4, read_us);
-  run<2, true, 0, O::kCtaAdjacent>(s, "2 ahead, barrier, CTA-adjacent", 4, read_us);
-  run<2, true, 0, O::kRotated>(s, "2 ahead, barrier, rotated", 4, read_us);
-  run<2, true, 0, O::kTileMajor>(s, "2 ahead, barrier, tile-major", 4, read_us);
-  run<4, true, 0, O::kTileMajor>(s, "4 ahead, barrier, tile-major", 4, read_us);
-  run<2, true, 128, O::kGroupMajor>(s, "2 ahead, barrier, work 128", 4, read_us);
-  run<2, true, 128, O::kRotated>(s, "2 ahead, barrier, work 128, rotated", 4, read_us);
-  run<2, true, 128, O::kTileMajor>(s, "2 ahead, barrier, work 128, tile-major", 4, read_us);
-  run<2, true, 192, O::kGroupMajor>(s, "2 ahead, barrier, work 192", 4, read_us);
-  run<2, true, 192, O::kTileMajor>(s, "2 ahead, barrier, work 192, tile-major", 4, read_us);
-  run<2, true, 256, O::kGroupMajor>(s, "2 ahead, barrier, work 256", 4, read_us);
-  run<2, true, 256, O::kTileMajor>(s, "2 ahead, barrier, work 256, tile-major", 4, read_us);
-  run<4, true, 256, O::kGroupMajor>(s, "4 ahead, barrier, work 256", 4, read_us);
-  run<4, true, 256, O::kTileMajor>(s, "4 ahead, barrier, work 256, tile-major", 4, read_us);
-  // The occupancy of the kernels as built: 3 CTAs per SM (32 and 64 rows), 2 (deep).
-  run<2, true, 192, O::kGroupMajor>(s, "2 ahead, barrier, work 192", 3, read_us);
-  run<4, true, 192, O::kGroupMajor>(s, "4 ahead, barrier, work 192", 2, read_us);
-  run<4, true, 192, O::kGroupMajor>(s, "4 ahead, barrier, work 192", 3, read_us);
-  run<2, true, 0, O::kGroupMajor>(s, "2 ahead, barrier", 8, read_us);
-  run<2, true, 192, O::kGroupMajor>(s, "2 ahead, barrier, work 192", 8, read_us);
-  run<2, true, 192, O::kTileMajor>(s, "2 ahead, barrier, work 192, tile-major", 8, read_us);
-
+  cudaStreamCreate(&s.stream);
+  int status = 0;
+  try {
+    run_all(s, prop, copy_target);
+  } catch (const std::exception& e) {  // a CUDA error in a timed launch (time_enqueued)
+    std::printf("%s\n", e.what());
+    status = 1;
+  }
+  cudaStreamDestroy(s.stream);
   for (void* p : buffers) cudaFree(p);
   cudaFree(copy_target);
   cudaFree(s.sink);
-  return cudaDeviceSynchronize() == cudaSuccess ? 0 : 1;
+  return status == 0 && cudaDeviceSynchronize() == cudaSuccess ? 0 : 1;
 }
