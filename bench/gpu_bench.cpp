@@ -116,13 +116,11 @@ double time_enqueued(const std::function<void(void* stream, int i)>& enqueue, vo
                     static_cast<cudaStream_t>(stream), options);
 }
 
-namespace {
-
-// How many operand sets of `bytes` each make the rotation at least three times the L2 size.
-int rotation_sets(double bytes, const GpuDeviceFacts& facts) {
-  return std::clamp(static_cast<int>(std::ceil(3.0 * facts.l2_bytes / std::max(bytes, 1.0))), 2,
-                    64);
+int rotation_sets(double bytes, double l2_bytes) {
+  return std::clamp(static_cast<int>(std::ceil(3.0 * l2_bytes / std::max(bytes, 1.0))), 2, 64);
 }
+
+namespace {
 
 // A rotation of `sets` device buffers of `bytes` each (the baselines' operands and outputs).
 using Buffers = std::vector<std::unique_ptr<DeviceAllocation>>;
@@ -185,7 +183,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
   size_t pw = 0, ps = 0;
   a4w4_check(a4w4_prepared_weight_size(s.n, s.k, options.prepared_layout, &pw, &ps), "size");
   const double set_bytes = (s.m + s.n) * (s.k / 2.0 + s.k / 32.0) + s.m * s.n * out_size;
-  const int sets = rotation_sets(set_bytes, facts);
+  const int sets = rotation_sets(set_bytes, facts.l2_bytes);
   std::vector<Fp4Set> operands(sets);
   const FillKind scale_kind = options.data == BenchData::kWide    ? FillKind::kWideScales
                               : options.data == BenchData::kDrift ? FillKind::kDriftScales
@@ -273,7 +271,7 @@ double time_cublas_bf16(const Shape& s, const GpuDeviceFacts& facts, const GpuBe
   cublas_check(cublasSetStream(handle, stream), "cublasSetStream");
   cublas_check(cublasSetWorkspace(handle, workspace.ptr, kCublasWorkspace), "cublasSetWorkspace");
   const double set_bytes = 2.0 * (s.m * s.k + s.n * s.k + s.m * s.n);
-  const int sets = rotation_sets(set_bytes, facts);
+  const int sets = rotation_sets(set_bytes, facts.l2_bytes);
   const Buffers a = random_buffers(2 * s.m * s.k, sets, 100, FillKind::kBf16, stream);
   const Buffers b = random_buffers(2 * s.n * s.k, sets, 200, FillKind::kBf16, stream);
   const Buffers d = device_buffers(2 * s.m * s.n, sets);
@@ -337,7 +335,7 @@ double time_cublaslt_fp8(const Shape& shape, const GpuDeviceFacts& facts,
   if (found == 0) throw std::runtime_error("cuBLASLt found no fp8 algorithm");
 
   const double set_bytes = 1.0 * (s.m * s.k + s.n * s.k) + 2.0 * s.m * s.n;
-  const int sets = rotation_sets(set_bytes, facts);
+  const int sets = rotation_sets(set_bytes, facts.l2_bytes);
   const Buffers a = random_buffers(s.m * s.k, sets, 300, FillKind::kE4m3, stream);
   const Buffers b = random_buffers(s.n * s.k, sets, 400, FillKind::kE4m3, stream);
   const Buffers d = device_buffers(2 * s.m * s.n, sets);
@@ -383,7 +381,7 @@ std::string describe(BenchData data) {
 double time_copy_of(double bytes, const GpuBenchOptions& options, const GpuDeviceFacts& facts,
                     cudaStream_t stream) {
   const size_t half = (static_cast<size_t>(bytes / 2) + 15) / 16 * 16;
-  const int sets = rotation_sets(2.0 * half, facts);
+  const int sets = rotation_sets(2.0 * half, facts.l2_bytes);
   const Buffers src = random_buffers(half, sets, 900, FillKind::kBytes, stream);
   const Buffers dst = device_buffers(half, sets);
   return time_calls(
@@ -400,7 +398,7 @@ double time_copy_of(double bytes, const GpuBenchOptions& options, const GpuDevic
 double time_read_of(double bytes, const GpuBenchOptions& options, const GpuDeviceFacts& facts,
                     cudaStream_t stream) {
   const size_t size = (static_cast<size_t>(bytes) + 15) / 16 * 16;
-  const int sets = rotation_sets(static_cast<double>(size), facts);
+  const int sets = rotation_sets(static_cast<double>(size), facts.l2_bytes);
   const Buffers src = random_buffers(size, sets, 950, FillKind::kBytes, stream);
   DeviceAllocation sink(sizeof(uint32_t) * 8 * static_cast<size_t>(facts.sm_count));
   return time_calls(
@@ -528,7 +526,7 @@ QuantizeBenchRow run_gpu_quantize_bench(int64_t rows, int64_t cols, const GpuBen
   Stream stream;
   const a4w4_device gpu = a4w4_cuda(options.device);
   const double bytes = rows * cols * (2.0 + 0.5 + 1.0 / 32);
-  const int sets = rotation_sets(bytes, facts);
+  const int sets = rotation_sets(bytes, facts.l2_bytes);
   const Buffers x = random_buffers(2 * rows * cols, sets, 500, FillKind::kBf16, stream.get());
   const Buffers q = device_buffers(rows * cols / 2, sets);
   const Buffers s = device_buffers(rows * cols / 32, sets);

@@ -77,6 +77,10 @@ struct GpuDeviceFacts {
 
 GpuDeviceFacts measure_device(const GpuBenchOptions& options);
 
+// How many operand sets of `bytes` each make a rotation at least three times an L2 of `l2_bytes`
+// (2 to 64).
+int rotation_sets(double bytes, double l2_bytes);
+
 // Median microseconds per call of enqueue(stream, i) on `stream` (a cudaStream_t; i = 0, 1, ...
 // may select a rotating operand set): warm-up (the graph replayed for warmup_ms, at least once),
 // then replays of a captured graph of back-to-back calls timed with events, so launch overhead is

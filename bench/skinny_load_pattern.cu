@@ -19,7 +19,6 @@
 // 16 x 28672 x 8192); exit 77 without an sm_90 GPU. Results: bench/RESULTS.md (session 36).
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -204,8 +203,7 @@ int main(int argc, char** argv) {
   s.sm_count = prop.multiProcessorCount;
   s.code_bytes = size_t(s.n) * s.k / 2;
   s.scale_bytes = size_t(s.n) * s.k / 32;
-  s.sets =
-      static_cast<int>(std::max<size_t>(2, 3 * size_t(prop.l2CacheSize) / size_t(s.bytes()) + 1));
+  s.sets = a4w4::bench::rotation_sets(s.bytes(), prop.l2CacheSize);
   // One allocation per set: the codes, then their scales (one contiguous read covers both).
   std::vector<void*> buffers;
   for (int i = 0; i < s.sets; ++i) {
