@@ -31,6 +31,7 @@ struct GpuBenchOptions {
   std::string kernel;  // "" = dispatch
   int split_k = 0;
   a4w4_math_mode math_mode = A4W4_MATH_EXACT;
+  bool b_constant = false;  // a4w4_gemm_options.b_constant on every a4w4 call
   std::string out_dtype = "bf16";
   std::string tuned;               // a tuned configuration to load ("": none, or A4W4_TUNED_CONFIG)
   bool compare_heuristic = false;  // also time the heuristic's choice (a context without tuning)

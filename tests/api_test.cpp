@@ -361,6 +361,10 @@ TEST_F(Api, GemmRejectsBadOptions) {
       {"split_k > K/32", A4W4_ERROR_INVALID_ARGUMENT, "split_k",
        [](GemmProblem& p) { p.options.split_k = 3; }},
       // (A math_mode outside {0, 1} is outside the C++ range of the enum: see c_api_test.c.)
+      {"b_constant 2", A4W4_ERROR_INVALID_ARGUMENT, "b_constant",
+       [](GemmProblem& p) { p.options.b_constant = 2; }},
+      {"b_constant -1", A4W4_ERROR_INVALID_ARGUMENT, "b_constant",
+       [](GemmProblem& p) { p.options.b_constant = -1; }},
       {"struct_size 0", A4W4_ERROR_INVALID_ARGUMENT, "struct_size",
        [](GemmProblem& p) { p.options.struct_size = 0; }},
       {"struct_size too small", A4W4_ERROR_INVALID_ARGUMENT, "struct_size",
@@ -378,6 +382,14 @@ TEST_F(Api, GemmRejectsBadOptions) {
   GemmProblem p(ctx_);
   p.options_arg = nullptr;
   EXPECT_EQ(p.run(), A4W4_SUCCESS) << a4w4_last_error_message();
+  // A constant B changes nothing on the CPU: the same bytes.
+  {
+    GemmProblem plain(ctx_), constant(ctx_);
+    constant.options.b_constant = 1;
+    ASSERT_EQ(plain.run(), A4W4_SUCCESS) << a4w4_last_error_message();
+    ASSERT_EQ(constant.run(), A4W4_SUCCESS) << a4w4_last_error_message();
+    EXPECT_EQ(constant.d.bytes(), plain.d.bytes());
+  }
 }
 
 TEST_F(Api, GemmRejectsOverlappingOutputs) {
@@ -813,6 +825,7 @@ TEST(ApiBasics, GemmOptionsDefaults) {
   EXPECT_EQ(o.split_k, 0);
   EXPECT_EQ(o.kernel, nullptr);
   EXPECT_EQ(o.math_mode, A4W4_MATH_EXACT);
+  EXPECT_EQ(o.b_constant, 0);
   a4w4_gemm_options_init(nullptr);  // no crash
 }
 

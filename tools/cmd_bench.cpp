@@ -43,6 +43,7 @@ struct BenchSettings {
   std::string kernel;
   int split_k = 0;
   a4w4_math_mode math_mode = A4W4_MATH_EXACT;
+  bool b_constant = false;
   int threads = 0;
   std::string out_dtype = "bf16";
   std::string tuned;
@@ -173,6 +174,7 @@ void run_bench(const BenchSettings& s) {
   options.kernel = s.kernel;
   options.split_k = s.split_k;
   options.math_mode = s.math_mode;
+  options.b_constant = s.b_constant;
   options.out_dtype = s.out_dtype;
   options.tuned = s.tuned;
   options.compare_heuristic = s.compare_heuristic;
@@ -183,10 +185,10 @@ void run_bench(const BenchSettings& s) {
     const auto rows = bench::run_gpu_gemm_bench(shapes, options, facts, show_progress);
     fmt::print(
         "device: {} (L2 {:.0f} MiB), copy bandwidth {:.0f} GB/s (bytes read + written); "
-        "D in {}; data: {}; math: {}; median of {} graph replays per figure\n\n",
+        "D in {}; data: {}; math: {}{}; median of {} graph replays per figure\n\n",
         facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype,
         bench::describe(options.data), s.math_mode == A4W4_MATH_FAST_ACCUM ? "fast" : "exact",
-        s.samples);
+        s.b_constant ? "; B constant (read before the call ahead has finished)" : "", s.samples);
     fmt::print("{}", bench::format_gemm_table(rows, facts));
     if (s.quantize) {
       std::vector<bench::QuantizeBenchRow> q = {
@@ -257,6 +259,7 @@ void add_bench_command(CLI::App& app) {
   command->add_option("--split-k", settings->split_k, "Split K into N partitions (0: automatic)")
       ->check(CLI::NonNegativeNumber);
   add_math_option(*command, settings->math_mode);
+  add_b_constant_flag(*command, settings->b_constant);
   command->add_option("--out-dtype", settings->out_dtype, "D's dtype")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   command->add_option("--tuned", settings->tuned, "Load this tuned configuration")

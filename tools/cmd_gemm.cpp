@@ -132,6 +132,7 @@ void add_gemm_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   command->add_option("--kernel", state->settings.kernel, "Run this kernel (see a4w4 kernels)");
   add_math_option(*command, state->settings.math_mode);
+  add_b_constant_flag(*command, state->settings.b_constant);
   command->add_option("--tuned", state->settings.tuned, "Load this tuned configuration")
       ->check(CLI::ExistingFile);
   add_threads_option(*command, state->settings.threads);

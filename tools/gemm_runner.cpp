@@ -57,6 +57,7 @@ GemmRun::GemmRun(const GemmSettings& settings, DeviceMemory& memory, const MxMat
   options_.split_k = settings.split_k;
   options_.kernel = kernel_.empty() ? nullptr : kernel_.c_str();
   options_.math_mode = settings.math_mode;
+  options_.b_constant = settings.b_constant ? 1 : 0;
 
   const a4w4_device device = memory.device();
   const auto mx_operand = [&](const MxMatrix& op, a4w4_tensor& values, a4w4_tensor& scales) {

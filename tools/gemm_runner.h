@@ -32,6 +32,7 @@ struct GemmSettings {
   float beta = 0.0f;
   OutDtype out = OutDtype::kF32;
   a4w4_math_mode math_mode = A4W4_MATH_EXACT;
+  bool b_constant = false;  // a4w4_gemm_options.b_constant
 };
 
 // A float operand in host memory: C as [rows, cols], bias as [cols] with rows == 1.

@@ -56,6 +56,7 @@ struct GemmOptions {
   int split_k = 0;
   std::string kernel;  // empty: let a4w4 choose
   a4w4_math_mode math_mode = A4W4_MATH_EXACT;
+  bool b_constant = false;  // a4w4_gemm_options.b_constant
 
   a4w4_gemm_options to_c() const {
     a4w4_gemm_options options;
@@ -65,6 +66,7 @@ struct GemmOptions {
     options.split_k = split_k;
     options.kernel = kernel.empty() ? nullptr : kernel.c_str();
     options.math_mode = math_mode;
+    options.b_constant = b_constant ? 1 : 0;
     return options;
   }
 };

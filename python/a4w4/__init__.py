@@ -361,6 +361,7 @@ def gemm(
     split_k: int = 0,
     kernel: str | None = None,
     math_mode: str = "exact",
+    b_constant: bool = False,
     context: Context | None = None,
     stream: int | None = None,
 ) -> Any:
@@ -372,7 +373,10 @@ def gemm(
     else a new array of ``out_dtype`` (default: out's dtype, else c's, else float32) in a's
     framework and device. ``split_k``: 0 automatic, n >= 1 n partitions of K. ``kernel``: the name
     of a registered kernel (see :func:`kernels`), never a silent fallback. ``math_mode``: "exact"
-    or "fast_accum". ``stream``: a cudaStream_t as an int (default: the framework's current
+    or "fast_accum". ``b_constant``: promise that b and b_scale are written by no work that may
+    still run with this call (weights written at load time, as in inference), so that a CUDA
+    kernel launched early may read them before the kernel ahead of it has finished
+    (a4w4_gemm_options.b_constant). ``stream``: a cudaStream_t as an int (default: the framework's current
     stream, e.g. torch.cuda.current_stream()).
     """
     if math_mode not in _MATH:
@@ -411,7 +415,7 @@ def gemm(
     do, das = _out(ad, d, dt)
     _core.gemm(
         _ctx(context), ao, aso, bo, bso, co, cas, bio, bias_as, do, das,
-        float(alpha), float(beta), int(split_k), kernel, _MATH[math_mode],
+        float(alpha), float(beta), int(split_k), kernel, _MATH[math_mode], bool(b_constant),
         prepared_n, prepared_k, prepared_layout, st,
     )  # fmt: skip
     return d if out is not None else ad.finish(d, st, a)

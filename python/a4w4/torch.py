@@ -67,12 +67,13 @@ def gemm(
     prepared_k: int = 0,
     math_mode: str = "exact",
     prepared_layout: str = "prepared_v2",
+    b_constant: bool = False,
 ) -> torch.Tensor:
     """D = alpha * A.B^T + beta * C + bias (a4w4.gemm as a custom op). With prepared_n > 0, b and
     b_scale are the flat buffers of a weight prepared for the logical shape
     [prepared_n, prepared_k] in ``prepared_layout`` ("prepared_v2" or "prepared_v2_int8").
     (``kernel_name`` is a4w4.gemm's ``kernel``: Inductor reserves ``kernel``.) ``math_mode``:
-    "exact" or "fast_accum" (a4w4.gemm's)."""
+    "exact" or "fast_accum", ``b_constant``: a4w4.gemm's."""
     bb = (
         _a4w4.PreparedWeight(b, b_scale, prepared_n, prepared_k, prepared_layout)
         if prepared_n > 0
@@ -91,6 +92,7 @@ def gemm(
         split_k=split_k,
         kernel=kernel_name,
         math_mode=math_mode,
+        b_constant=b_constant,
     )
 
 
@@ -98,7 +100,7 @@ def gemm(
 def _gemm_fake(
     a, a_scale, b, b_scale, bias=None, c=None, alpha=1.0, beta=0.0, out_dtype=None,
     split_k=0, kernel_name=None, prepared_n=0, prepared_k=0, math_mode="exact",
-    prepared_layout="prepared_v2",
+    prepared_layout="prepared_v2", b_constant=False,
 ):  # fmt: skip
     n = prepared_n if prepared_n > 0 else b.shape[0]
     return a.new_empty((a.shape[0], n), dtype=_out_dtype(out_dtype, c))

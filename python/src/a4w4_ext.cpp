@@ -303,8 +303,8 @@ std::pair<size_t, size_t> prepared_weight_size(int64_t n, int64_t k, int layout)
 void gemm(const Context& ctx, const InArray& a, const InArray& a_scale, const InArray& b,
           const InArray& b_scale, std::optional<InArray> c, int c_as, std::optional<InArray> bias,
           int bias_as, const OutArray& d, int d_as, float alpha, float beta, int split_k,
-          std::optional<std::string> kernel, int math_mode, int64_t prepared_n, int64_t prepared_k,
-          int prepared_layout, uintptr_t stream) {
+          std::optional<std::string> kernel, int math_mode, bool b_constant, int64_t prepared_n,
+          int64_t prepared_k, int prepared_layout, uintptr_t stream) {
   const a4w4_tensor ta = describe(a, "a", A4W4_DTYPE_E2M1);
   const a4w4_tensor tas = describe(a_scale, "a_scale", A4W4_DTYPE_E8M0);
   a4w4_tensor tb;
@@ -331,6 +331,7 @@ void gemm(const Context& ctx, const InArray& a, const InArray& a_scale, const In
   options.split_k = split_k;
   options.kernel = kernel ? kernel->c_str() : nullptr;
   options.math_mode = static_cast<a4w4_math_mode>(math_mode);
+  options.b_constant = b_constant ? 1 : 0;
   const a4w4_context cx = ctx.get();
   Outcome out;
   {
@@ -505,8 +506,8 @@ NB_MODULE(_core, m) {
   m.def("gemm", &gemm, nb::arg("ctx"), nb::arg("a"), nb::arg("a_scale"), nb::arg("b"),
         nb::arg("b_scale"), nb::arg("c").none(), nb::arg("c_as"), nb::arg("bias").none(),
         nb::arg("bias_as"), nb::arg("d"), nb::arg("d_as"), nb::arg("alpha"), nb::arg("beta"),
-        nb::arg("split_k"), nb::arg("kernel").none(), nb::arg("math_mode"), nb::arg("prepared_n"),
-        nb::arg("prepared_k"), nb::arg("prepared_layout"), nb::arg("stream"));
+        nb::arg("split_k"), nb::arg("kernel").none(), nb::arg("math_mode"), nb::arg("b_constant"),
+        nb::arg("prepared_n"), nb::arg("prepared_k"), nb::arg("prepared_layout"), nb::arg("stream"));
   m.def("prepare_weight", &prepare_weight, nb::arg("ctx"), nb::arg("b"), nb::arg("b_scale"),
         nb::arg("prepared"), nb::arg("prepared_scale"), nb::arg("layout"), nb::arg("stream"));
   m.def("prepared_weight_size", &prepared_weight_size, nb::arg("n"), nb::arg("k"),

@@ -168,6 +168,9 @@ GemmCall check_gemm_call(const a4w4_context_t& context, const a4w4_tensor* a,
   if (opts.math_mode != A4W4_MATH_EXACT && opts.math_mode != A4W4_MATH_FAST_ACCUM)
     fail(A4W4_ERROR_INVALID_ARGUMENT, "options.math_mode: {} is not an a4w4_math_mode value",
          static_cast<int>(opts.math_mode));
+  if (opts.b_constant != 0 && opts.b_constant != 1)
+    fail(A4W4_ERROR_INVALID_ARGUMENT, "options.b_constant: expected 0 or 1, got {}",
+         opts.b_constant);
 
   const a4w4_backend backend = resolve_backend(context, common_device(operands));
   check_pointers(operands);
@@ -212,6 +215,7 @@ GemmCall check_gemm_call(const a4w4_context_t& context, const a4w4_tensor* a,
                       has_workspace ? workspace.ptr : nullptr,
                       has_workspace ? workspace.bytes : 0,
                       int8_part(bv),
+                      opts.b_constant != 0,
                   },
                   opts.kernel != nullptr ? std::string(opts.kernel) : std::string()};
 }

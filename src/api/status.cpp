@@ -189,6 +189,7 @@ void a4w4_gemm_options_init(a4w4_gemm_options* options) {
   options->split_k = 0;
   options->kernel = nullptr;
   options->math_mode = A4W4_MATH_EXACT;
+  options->b_constant = 0;
 }
 
 }  // extern "C"

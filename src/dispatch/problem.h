@@ -47,6 +47,9 @@ struct GemmProblem {
   // B prepared as A4W4_LAYOUT_PREPARED_V2_INT8: its int8 part (dispatch/workspace.h,
   // PreparedInt8Layout), which the int8 family reads instead of staging B; else nullptr.
   const uint8_t* b_int8;
+  // a4w4_gemm_options.b_constant: B and its scales may be read before the kernel ahead on the
+  // stream has finished.
+  bool b_constant;
 };
 
 struct QuantizeProblem {

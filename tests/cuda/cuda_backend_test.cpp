@@ -254,6 +254,7 @@ struct GemmCase {
   // What the comparison allows beyond the contract's bound, as a multiple of |alpha| * D_abs:
   // kFastAccumBound for fast accumulation, 0 where it must be as exact as the contract.
   double fast_bound = 0.0;
+  bool b_constant = false;  // a4w4_gemm_options.b_constant on the GPU call
 };
 
 // A4W4_MATH_FAST_ACCUM's documented bound (docs/semantics.md): |D - D_exact| <= 2^-5 * |alpha| *
@@ -270,7 +271,7 @@ std::string describe(const GemmCase& c) {
          " prepared=" + (c.prepared ? std::to_string(c.prepared_layout) : std::string("0")) +
          " split=" + std::to_string(c.split_k) + " kernel=" + (c.kernel ? c.kernel : "auto") +
          " pad=" + std::to_string(c.pad) + " a_pad=" + std::to_string(c.a_pad) +
-         " math=" + std::to_string(c.math_mode);
+         " math=" + std::to_string(c.math_mode) + " b_constant=" + std::to_string(c.b_constant);
 }
 
 // A packed operand copied to GPU 0, with its values' and its scales' tensors.
@@ -397,6 +398,7 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
     tb = pw, tbs = ps;
   }
   options.kernel = c.kernel;
+  options.b_constant = c.b_constant ? 1 : 0;
   // The kernel that runs (the dispatcher's choice when the case names none) decides the check.
   a4w4_gemm_choice choice{};
   choice.struct_size = sizeof choice;
@@ -554,12 +556,26 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
       }
   // M = 1 with N wide enough for three steps per warp or more (the next step loaded ahead), with
   // one, two and eight K chunks (one, two and eight warps of one CTA; the last chunk partial), on
-  // a plain and a prepared B.
+  // a plain and a prepared B; with a constant B (its first step loaded before the wait) too.
+  for (bool b_constant : {false, true})
+    for (bool prepared : {false, true})
+      for (int64_t k : {1024, 2048, 7200}) {
+        GemmCase c{1, 20000, k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, prepared, 0,
+                   "cuda.gemv", 0};
+        c.b_constant = b_constant;
+        run_case(ctx_, rng_, c);
+        if (HasFatalFailure()) return;
+      }
+  // A constant B at M = 1 in the kernels that do not load ahead (one, three and eight K chunks:
+  // one warp, a CTA of 4 warps, one of 8 warps), its first step requested before the wait.
   for (bool prepared : {false, true})
-    for (int64_t k : {1024, 2048, 7200})
-      run_case(ctx_, rng_,
-               GemmCase{1, 20000, k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, prepared, 0,
-                        "cuda.gemv", 0});
+    for (int64_t k : {1024, 2880, 7200}) {
+      GemmCase c{1, 1007, k, A4W4_DTYPE_F32, true, false, kTileLocalScales, prepared, 0,
+                 "cuda.gemv", 0};
+      c.b_constant = true;
+      run_case(ctx_, rng_, c);
+      if (HasFatalFailure()) return;
+    }
   // A prepared B (four 4-byte loads per block from the layout's lane runs): every M, K with a
   // partial last 128-K tile (96, 4160), ragged N (an 8-row group past N, a 16-row tile half used),
   // wide and narrow scales.
@@ -1680,16 +1696,16 @@ TEST_F(CudaBackend, StreamsAndGraphCapture) {
   cudaStreamDestroy(stream);
 }
 
-TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
-  // A long cuda.gemv (one wave, launched early, letting the next grid start at once) writes D1; a
-  // short one reads the first 64 columns of D1 as C. The short one's CTAs start while the long one
-  // runs, so its epilogue reads D1 before it is written unless it waits for the grid before it (D1
-  // starts as NaN). Back to back and in a graph, against the same calls with a synchronization.
+// The second call of EarlyLaunchedGemvWaitsForTheCallBefore: M = 1, n2 x k2, reading D1's first
+// n2 columns as C.
+void early_launched_gemv_waits(a4w4_context ctx, std::mt19937_64& rng, int64_t n2, int64_t k2,
+                               bool b_constant) {
+  SCOPED_TRACE("second call 1x" + std::to_string(n2) + "x" + std::to_string(k2) +
+               " b_constant=" + std::to_string(b_constant));
   const a4w4_device gpu = a4w4_cuda(0);
-  const int64_t n2 = 64, k2 = 256;
-  const LongGemvIntoNan first(rng_);
-  const DeviceOperand a2(random_packed(rng_, 1, k2, 0, kTileLocalScales, 0));
-  const DeviceOperand b2(random_packed(rng_, n2, k2, 0, kTileLocalScales, 0));
+  const LongGemvIntoNan first(rng);
+  const DeviceOperand a2(random_packed(rng, 1, k2, 0, kTileLocalScales, 0));
+  const DeviceOperand b2(random_packed(rng, n2, k2, 0, kTileLocalScales, 0));
   DeviceBuffer d2(n2 * 4);
   // D1's first columns.
   const a4w4_tensor tc2 = tensor(first.d.get(), A4W4_DTYPE_F32, 1, n2, LongGemvIntoNan::kN, gpu);
@@ -1698,15 +1714,16 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
   a4w4_gemm_options_init(&second);
   second.kernel = "cuda.gemv";
   second.beta = 1.0f;
+  second.b_constant = b_constant ? 1 : 0;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto calls = [&](bool synchronize) {
-    first.enqueue(ctx_, stream);
-    if (HasFatalFailure()) return;
+    first.enqueue(ctx, stream);
+    if (::testing::Test::HasFatalFailure()) return;
     if (synchronize) {
       CUDA_OK(cudaStreamSynchronize(stream));
     }
-    ASSERT_EQ(a4w4_gemm(ctx_, &a2.values, &a2.scale, &b2.values, &b2.scale, &tc2, nullptr, &td2,
+    ASSERT_EQ(a4w4_gemm(ctx, &a2.values, &a2.scale, &b2.values, &b2.scale, &tc2, nullptr, &td2,
                         &second, stream),
               A4W4_SUCCESS)
         << a4w4_last_error_message();
@@ -1723,7 +1740,7 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
   }
   {
     const CapturedGraph graph(stream, [&] { calls(false); });
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
     ASSERT_TRUE(graph.ok());
     for (int replay = 0; replay < 5; ++replay) {
       CUDA_OK(cudaMemset(d2.get(), 0, n2 * 4));
@@ -1733,6 +1750,21 @@ TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
     }
   }
   cudaStreamDestroy(stream);
+}
+
+TEST_F(CudaBackend, EarlyLaunchedGemvWaitsForTheCallBefore) {
+  // A long cuda.gemv (one wave, launched early, letting the next grid start at once) writes D1; a
+  // second one reads D1's first columns as C: its CTAs start while the long one runs, so its
+  // epilogue reads D1 before it is written unless it waits for the grid before it (D1 starts as
+  // NaN). Back to back and in a graph, against the same calls with a synchronization. The second
+  // call is short (64 columns) or long (1 x 8192 x 8192, its weights loaded a step ahead), with a
+  // constant B too: the weights' first loads may then precede the wait, its A and C reads may not.
+  for (bool b_constant : {false, true}) {
+    early_launched_gemv_waits(ctx_, rng_, 64, 256, b_constant);
+    if (HasFatalFailure()) return;
+    early_launched_gemv_waits(ctx_, rng_, 8192, 8192, b_constant);
+    if (HasFatalFailure()) return;
+  }
 }
 
 TEST_F(CudaBackend, EarlyLaunchedQuantizeWaitsForTheCallBefore) {

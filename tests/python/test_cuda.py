@@ -56,6 +56,9 @@ def test_prepared_weight_on_device(m, layout):
     prepared = a4w4.gemm(a, a_s, pw, None, out_dtype=torch.bfloat16)
     ref = a4w4.gemm(a.cpu(), a_s.cpu(), b.cpu(), b_s.cpu())
     assert rel(plain, ref) < 4e-3 and rel(prepared, ref) < 4e-3
+    # A constant weight (b_constant): the same result.
+    constant = a4w4.gemm(a, a_s, pw, None, out_dtype=torch.bfloat16, b_constant=True)
+    assert torch.equal(constant, prepared)
     if layout == "prepared_v2_int8":
         # The int8 kernels read its int8 part (with a workspace for A's staging).
         ctx = a4w4.Context()

@@ -79,6 +79,8 @@ def test_gemm_against_float64(m, n, k):
     assert d.dtype == np.float32 and d.shape == (m, n)
     ref = dequant(a, a_s) @ dequant(b, b_s).T
     assert rel_err(d, ref) < 1e-6
+    # A constant B (a4w4_gemm_options.b_constant) changes nothing on the CPU.
+    np.testing.assert_array_equal(a4w4.gemm(a, a_s, b, b_s, b_constant=True), d)
 
 
 def test_gemm_epilogue_and_dtypes():

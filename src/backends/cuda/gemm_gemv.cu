@@ -258,11 +258,16 @@ __device__ __forceinline__ void sum_group(const GroupLoad<kCols>& load,
 template <int kM, bool kPrefetch, int kWarps>
 inline constexpr int kGemvCtasPerSm = (kM == 4 ? 3 : (kM == 1 && !kPrefetch ? 5 : 4)) * 4 / kWarps;
 
-template <int kM, int kCols, bool kPrefetch, bool kTiled, int kWarps>
+// kEarlyB (a constant B, p.b_constant; M = 1): the first step's weights are requested before the
+// wait for the kernel ahead (its own instantiation: in the 96-register M = 1 kernel the step held
+// across that wait spilled, and the spill slowed the calls without it, 1 x 5120 x 2880 5.8 -> 7.5
+// us on an H100).
+template <int kM, int kCols, bool kPrefetch, bool kTiled, int kWarps, bool kEarlyB = false>
 __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWarps>)
     gemm_gemv_kernel(GemmProblem p, GemvShape shape) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
+  static_assert(!kEarlyB || kM == 1);
   constexpr int kEntries = kCols * kM;  // per lane and column group
   static_assert(kEntries <= 32, "one entry per lane at most after the warp reduction");
   constexpr int kTileEntries = kMaxTileColumns * kM;
@@ -300,15 +305,20 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWa
   };
 
   // Launched early (programmatic dependent launch, see launch()): the next kernel may start while
-  // this one runs, and this one touches no memory before the kernel before it is done.
+  // this one runs, and this one touches nothing the kernel before it may write before that kernel
+  // is done — except a constant B (kEarlyB), whose first step it requests before it waits (H100,
+  // back to back: 1 x 8192 x 8192 14.0 -> 12.5 us, 1 x 5120 x 2880 5.8 -> 4.6; at M = 2 and 4 the
+  // step held across the activations' conversion spilled: 2 x 28672 x 8192 47.7 -> 54.5). With
+  // kPrefetch, the step loaded ahead; the first is requested before the
+  // activations, so that the two latencies overlap (without it, the weights in flight during the
+  // activations' conversion cost registers the M >= 2 kernels cannot spare: 223 instead of 167 at
+  // M = 4).
   allow_next_grid();
-  wait_for_previous_grid();
-
-  // With kPrefetch, the step loaded ahead; the first is requested before the activations, so that
-  // the two latencies overlap (without it, the weights in flight during the activations'
-  // conversion cost registers the M >= 2 kernels cannot spare: 223 instead of 167 at M = 4).
   GroupLoad<kCols> current, next;
-  if (kPrefetch && steps > 0) load_step(0, next);
+  const bool first_early = kEarlyB && steps > 0;
+  if (first_early) load_step(0, kPrefetch ? next : current);
+  wait_for_previous_grid();
+  if (kPrefetch && steps > 0 && !first_early) load_step(0, next);
   ActivationBlock<kM> act;
   auto load_chunk_activations = [&](int step) {
     const int64_t block = step_block(step);
@@ -354,7 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWa
     if constexpr (kPrefetch) {
       current = next;
       if (step + 1 < steps) load_step(step + 1, next);
-    } else {
+    } else if (!(first_early && step == 0)) {
       load_step(step, current);
     }
     if (my_chunks > 1) load_chunk_activations(step);
@@ -482,10 +492,17 @@ void launch(const GemmProblem& p) {
   // wave of clusters of at most 2 CTAs (K <= 8192). H200, back-to-back calls in a graph: 1 x 8192
   // x 8192 12.6 -> 11.8 us, 4 x 8192 x 8192 22.4 -> 21.6, 1 x 2880 x 2880 4.6 -> 4.3; but 1 x 8192
   // x 28672 (clusters of 7) 35.7 -> 40.6, so not there. Prefetching the first weights into L2
-  // before the wait measured slower (1 x 8192 x 8192 12.4).
+  // before the wait measured slower (1 x 8192 x 8192 12.4); with a constant B the first step's
+  // loads into registers before the wait are faster (the kernel's comment).
   const LaunchOrder order =
       shape.waves == 1 && shape.cluster <= 2 ? LaunchOrder::kEarly : LaunchOrder::kAfterPrevious;
-  launch_with_y_cluster(gemm_gemv_kernel<kM, kCols, kPrefetch, kTiled, kWarps>,
+  auto kernel = gemm_gemv_kernel<kM, kCols, kPrefetch, kTiled, kWarps>;
+  if constexpr (kM == 1) {
+    // Only an early launch starts before the kernel ahead has finished.
+    if (p.b_constant && order == LaunchOrder::kEarly)
+      kernel = gemm_gemv_kernel<kM, kCols, kPrefetch, kTiled, kWarps, true>;
+  }
+  launch_with_y_cluster(kernel,
                         dim3(static_cast<unsigned>((p.n + tile_columns - 1) / tile_columns),
                              static_cast<unsigned>(shape.cluster)),
                         static_cast<unsigned>(shape.warps * 32), 0, p.stream,
