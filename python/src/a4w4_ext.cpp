@@ -507,7 +507,8 @@ NB_MODULE(_core, m) {
         nb::arg("b_scale"), nb::arg("c").none(), nb::arg("c_as"), nb::arg("bias").none(),
         nb::arg("bias_as"), nb::arg("d"), nb::arg("d_as"), nb::arg("alpha"), nb::arg("beta"),
         nb::arg("split_k"), nb::arg("kernel").none(), nb::arg("math_mode"), nb::arg("b_constant"),
-        nb::arg("prepared_n"), nb::arg("prepared_k"), nb::arg("prepared_layout"), nb::arg("stream"));
+        nb::arg("prepared_n"), nb::arg("prepared_k"), nb::arg("prepared_layout"),
+        nb::arg("stream"));
   m.def("prepare_weight", &prepare_weight, nb::arg("ctx"), nb::arg("b"), nb::arg("b_scale"),
         nb::arg("prepared"), nb::arg("prepared_scale"), nb::arg("layout"), nb::arg("stream"));
   m.def("prepared_weight_size", &prepared_weight_size, nb::arg("n"), nb::arg("k"),

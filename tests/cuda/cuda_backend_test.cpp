@@ -560,8 +560,8 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
   for (bool b_constant : {false, true})
     for (bool prepared : {false, true})
       for (int64_t k : {1024, 2048, 7200}) {
-        GemmCase c{1, 20000, k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, prepared, 0,
-                   "cuda.gemv", 0};
+        GemmCase c{1, 20000,       k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, prepared,
+                   0, "cuda.gemv", 0};
         c.b_constant = b_constant;
         run_case(ctx_, rng_, c);
         if (HasFatalFailure()) return;
@@ -570,8 +570,8 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
   // one warp, a CTA of 4 warps, one of 8 warps), its first step requested before the wait.
   for (bool prepared : {false, true})
     for (int64_t k : {1024, 2880, 7200}) {
-      GemmCase c{1, 1007, k, A4W4_DTYPE_F32, true, false, kTileLocalScales, prepared, 0,
-                 "cuda.gemv", 0};
+      GemmCase c{1, 1007,        k, A4W4_DTYPE_F32, true, false, kTileLocalScales, prepared,
+                 0, "cuda.gemv", 0};
       c.b_constant = true;
       run_case(ctx_, rng_, c);
       if (HasFatalFailure()) return;
