@@ -554,28 +554,31 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
         if (HasFatalFailure()) return;
         ++v;
       }
-  // M = 1 with N wide enough for three steps per warp or more (the next step loaded ahead), with
-  // one, two and eight K chunks (one, two and eight warps of one CTA; the last chunk partial), on
-  // a plain and a prepared B; with a constant B (its first step loaded before the wait) too.
+  // M = 1 in the kernels that load the next step ahead (N = 20000: three steps per warp or more;
+  // K of one, two and eight chunks: one, two and eight warps of one CTA, the last chunk partial)
+  // and in those that do not (N = 1007; one, three and eight chunks: one warp, a CTA of 4 warps,
+  // one of 8 warps), on a plain and a prepared B, with a constant B (its first step requested
+  // before the wait) and without.
+  struct M1Case {
+    int64_t n, k;
+    a4w4_dtype out;
+    bool with_bias;
+  };
+  const M1Case m1_cases[] = {{20000, 1024, A4W4_DTYPE_BF16, true},
+                             {20000, 2048, A4W4_DTYPE_BF16, true},
+                             {20000, 7200, A4W4_DTYPE_BF16, true},
+                             {1007, 1024, A4W4_DTYPE_F32, false},
+                             {1007, 2880, A4W4_DTYPE_F32, false},
+                             {1007, 7200, A4W4_DTYPE_F32, false}};
   for (bool b_constant : {false, true})
     for (bool prepared : {false, true})
-      for (int64_t k : {1024, 2048, 7200}) {
-        GemmCase c{1, 20000,       k, A4W4_DTYPE_BF16, true, true, kTileLocalScales, prepared,
-                   0, "cuda.gemv", 0};
+      for (const M1Case& m1 : m1_cases) {
+        GemmCase c{1,        m1.n, m1.k, m1.out, true, m1.with_bias, kTileLocalScales,
+                   prepared, 0,    "cuda.gemv", 0};
         c.b_constant = b_constant;
         run_case(ctx_, rng_, c);
         if (HasFatalFailure()) return;
       }
-  // A constant B at M = 1 in the kernels that do not load ahead (one, three and eight K chunks:
-  // one warp, a CTA of 4 warps, one of 8 warps), its first step requested before the wait.
-  for (bool prepared : {false, true})
-    for (int64_t k : {1024, 2880, 7200}) {
-      GemmCase c{1, 1007,        k, A4W4_DTYPE_F32, true, false, kTileLocalScales, prepared,
-                 0, "cuda.gemv", 0};
-      c.b_constant = true;
-      run_case(ctx_, rng_, c);
-      if (HasFatalFailure()) return;
-    }
   // A prepared B (four 4-byte loads per block from the layout's lane runs): every M, K with a
   // partial last 128-K tile (96, 4160), ragged N (an 8-row group past N, a 16-row tile half used),
   // wide and narrow scales.
