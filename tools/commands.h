@@ -45,9 +45,9 @@ inline CLI::Option* add_math_option(CLI::App& command, a4w4_math_mode& mode) {
 inline CLI::Option* add_b_constant_flag(CLI::App& command, bool& b_constant) {
   return command.add_flag(
       "--b-constant", b_constant,
-      "Promise that B is written by no work that may run with the calls (weights, as in "
-      "inference): a kernel launched early may read it before the kernel ahead of it has finished "
-      "(a4w4_gemm_options.b_constant)");
+      "Promise that B is not written while the calls run and was synchronised with since it was "
+      "written (weights, as in inference): a kernel launched early may read it before the kernel "
+      "ahead of it has finished (a4w4_gemm_options.b_constant)");
 }
 
 void add_info_command(CLI::App& app);

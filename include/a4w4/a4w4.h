@@ -339,13 +339,14 @@ typedef struct a4w4_gemm_options {
      A4W4_ERROR_KERNEL_NOT_APPLICABLE. Never a silent fallback. */
   const char* kernel;
   a4w4_math_mode math_mode; /* default A4W4_MATH_EXACT */
-  /* 1: the caller promises that b and b_scale are written by no work that may still be running
-     when this call starts, nor while it runs (weights written at load time and synchronised
-     since, as in inference). A CUDA kernel that starts before the kernel ahead of it on the stream
-     has finished (programmatic dependent launch, docs/cuda-backend.md) may then read them before
-     that kernel is done: cuda.gemv's first weight loads overlap its end. Everything else (a, c,
-     bias, d) is still touched only after it. 0 (the default): nothing is read before the work
-     ahead is done. Ignored on the CPU. */
+  /* 1: the caller promises that b and b_scale are not written while the call may run, and that
+     the work that last wrote them is ordered before the call by more than stream order alone: the
+     host synchronised with it, or the stream waited on an event recorded after it (weights
+     written at load time, as in inference). A CUDA kernel that starts before the kernel ahead of
+     it on the stream has finished (programmatic dependent launch, docs/cuda-backend.md) may then
+     read them before that kernel is done: cuda.gemv's first weight loads at M = 1 overlap its
+     end. a, c, bias and d are still touched only after it. 0 (the default): nothing is read
+     before the work ahead is done. Ignored on the CPU. */
   int32_t b_constant;
 } a4w4_gemm_options;
 

@@ -373,10 +373,10 @@ def gemm(
     else a new array of ``out_dtype`` (default: out's dtype, else c's, else float32) in a's
     framework and device. ``split_k``: 0 automatic, n >= 1 n partitions of K. ``kernel``: the name
     of a registered kernel (see :func:`kernels`), never a silent fallback. ``math_mode``: "exact"
-    or "fast_accum". ``b_constant``: promise that b and b_scale are written by no work that may
-    still run with this call (weights written at load time, as in inference), so that a CUDA
-    kernel launched early may read them before the kernel ahead of it has finished
-    (a4w4_gemm_options.b_constant). ``stream``: a cudaStream_t as an int (default: the framework's current
+    or "fast_accum". ``b_constant``: promise that b and b_scale are not written while the call
+    may run and that whatever last wrote them was synchronised with since (weights written at load
+    time, as in inference), so that a CUDA kernel launched early may read them before the kernel
+    ahead of it has finished (a4w4_gemm_options.b_constant, docs/semantics.md). ``stream``: a cudaStream_t as an int (default: the framework's current
     stream, e.g. torch.cuda.current_stream()).
     """
     if math_mode not in _MATH:
