@@ -397,7 +397,9 @@ void run_case(a4w4_context ctx, std::mt19937_64& rng, const GemmCase& c) {
         << a4w4_last_error_message();
     tb = pw, tbs = ps;
     // A constant B's promise: the work that wrote it is synchronised with before the call.
-    if (c.b_constant) ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (c.b_constant) {
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
   }
   options.kernel = c.kernel;
   options.b_constant = c.b_constant ? 1 : 0;
