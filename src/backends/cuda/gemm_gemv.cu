@@ -194,7 +194,7 @@ __device__ __forceinline__ uint32_t load_scale_run(const uint8_t* p) {
 // multiple of 8) lie in one half of one 16-row tile group, their blocks 64 bytes and their scales
 // 8 bytes apart (numerics/weight_layout.h). A compile-time choice: deciding it at run time cost
 // the plain-B kernels 2-4% (H200, 1 x 8192 x 8192 10.9 -> 11.4 us).
-template <int kCols, bool kTiled, bool kL2Only = false>
+template <int kCols, bool kTiled>
 __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0, int columns,
                                            int64_t block, GroupLoad<kCols>& load) {
   const uint8_t* weight_row;
@@ -214,15 +214,11 @@ __device__ __forceinline__ void load_group(const GemmProblem& p, int64_t column0
   // Running pointers: one 64-bit add per column instead of a multiply.
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {
-    if constexpr (kL2Only) {
-      if (c < columns) asm volatile("prefetch.global.L2 [%0];" ::"l"(weight_row));
-    } else {
-      load.weights[c] = make_uint4(0, 0, 0, 0);
-      load.scales[c] = 127;
-      if (c < columns) {
-        load.weights[c] = __ldcs(reinterpret_cast<const uint4*>(weight_row));
-        load.scales[c] = load_scale_run(scale_row);
-      }
+    load.weights[c] = make_uint4(0, 0, 0, 0);
+    load.scales[c] = 127;
+    if (c < columns) {
+      load.weights[c] = __ldcs(reinterpret_cast<const uint4*>(weight_row));
+      load.scales[c] = load_scale_run(scale_row);
     }
     weight_row += weight_step, scale_row += scale_step;
   }
@@ -271,9 +267,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWa
     gemm_gemv_kernel(GemmProblem p, GemvShape shape) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
-#ifndef A4W4_EXP_GEMV_L2
   static_assert(!kEarlyB || kM == 1);
-#endif
   constexpr int kEntries = kCols * kM;  // per lane and column group
   static_assert(kEntries <= 32, "one entry per lane at most after the warp reduction");
   constexpr int kTileEntries = kMaxTileColumns * kM;
@@ -322,16 +316,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWa
   allow_next_grid();
   GroupLoad<kCols> current, next;
   const bool first_early = kEarlyB && steps > 0;
-  if (kM == 1 && first_early) load_step(0, kPrefetch ? next : current);
-#ifdef A4W4_EXP_GEMV_L2
-  if constexpr (kM > 1) {
-    if (first_early) {
-      const int64_t block = step_block(0);
-      load_group<kCols, kTiled, true>(p, tile_column0 + int64_t{step_group(0)} * kCols,
-                                      step_columns(0, block), block, current);
-    }
-  }
-#endif
+  if (first_early) load_step(0, kPrefetch ? next : current);
   wait_for_previous_grid();
   if (kPrefetch && steps > 0 && !first_early) load_step(0, next);
   ActivationBlock<kM> act;
@@ -379,7 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWa
     if constexpr (kPrefetch) {
       current = next;
       if (step + 1 < steps) load_step(step + 1, next);
-    } else if (!(kM == 1 && first_early && step == 0)) {
+    } else if (!(first_early && step == 0)) {
       load_step(step, current);
     }
     if (my_chunks > 1) load_chunk_activations(step);
@@ -512,11 +497,7 @@ void launch(const GemmProblem& p) {
   const LaunchOrder order =
       shape.waves == 1 && shape.cluster <= 2 ? LaunchOrder::kEarly : LaunchOrder::kAfterPrevious;
   auto kernel = gemm_gemv_kernel<kM, kCols, kPrefetch, kTiled, kWarps>;
-#ifdef A4W4_EXP_GEMV_L2
-  if constexpr (true) {
-#else
   if constexpr (kM == 1) {
-#endif
     // Only an early launch starts before the kernel ahead has finished.
     if (p.b_constant && order == LaunchOrder::kEarly)
       kernel = gemm_gemv_kernel<kM, kCols, kPrefetch, kTiled, kWarps, true>;
