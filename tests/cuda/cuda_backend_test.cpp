@@ -568,16 +568,14 @@ TEST_F(CudaBackend, GemvMatchesTheReference) {
     a4w4_dtype out;
     bool with_bias;
   };
-  const M1Case m1_cases[] = {{20000, 1024, A4W4_DTYPE_BF16, true},
-                             {20000, 2048, A4W4_DTYPE_BF16, true},
-                             {20000, 7200, A4W4_DTYPE_BF16, true},
-                             {1007, 1024, A4W4_DTYPE_F32, false},
-                             {1007, 2880, A4W4_DTYPE_F32, false},
-                             {1007, 7200, A4W4_DTYPE_F32, false}};
+  const M1Case m1_cases[] = {
+      {20000, 1024, A4W4_DTYPE_BF16, true}, {20000, 2048, A4W4_DTYPE_BF16, true},
+      {20000, 7200, A4W4_DTYPE_BF16, true}, {1007, 1024, A4W4_DTYPE_F32, false},
+      {1007, 2880, A4W4_DTYPE_F32, false},  {1007, 7200, A4W4_DTYPE_F32, false}};
   for (bool b_constant : {false, true})
     for (bool prepared : {false, true})
       for (const M1Case& m1 : m1_cases) {
-        GemmCase c{1,        m1.n, m1.k, m1.out, true, m1.with_bias, kTileLocalScales,
+        GemmCase c{1,        m1.n, m1.k,        m1.out, true, m1.with_bias, kTileLocalScales,
                    prepared, 0,    "cuda.gemv", 0};
         c.b_constant = b_constant;
         run_case(ctx_, rng_, c);
