@@ -130,6 +130,21 @@ def test_mxfp4_linear_on_cuda_uses_prepared_weights():
     assert rel(y, lin(x)) < 0.25
 
 
+def test_mxfp4_linear_constant_weight():
+    # constant_weight (a4w4.gemm's b_constant): the same results, at M = 1 (the GEMV that reads
+    # the weight early) and above, after construction and after load_state_dict.
+    lin, m = make_linear(n=8192, k=8192)
+    mc = at.MXFP4Linear.from_linear(lin, constant_weight=True)
+    assert "constant_weight=True" in repr(mc)
+    for rows in (1, 16):
+        x = torch.randn(rows, 8192, device="cuda", dtype=torch.bfloat16)
+        assert torch.equal(mc(x), m(x))
+    other = at.MXFP4Linear.from_linear(torch.nn.Linear(8192, 8192, device="cuda"))
+    mc.load_state_dict(other.state_dict())
+    x = torch.randn(1, 8192, device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(mc(x), other(x))
+
+
 def test_mxfp4_linear_fast_accumulation():
     # 200 rows on a prepared weight with a workspace: cuda.skinny's FP8 path (fast accumulation);
     # close to the exact result (its bound: 2^-5 of the sum of |products| per element) and, from

@@ -92,6 +92,11 @@ def test_mxfp4_linear_matches_functional_api():
         at.MXFP4Linear(128, 8, math_mode="fast")
     sd = m.state_dict()
     assert {"weight_fp4", "weight_scale", "bias"} <= set(sd)
+    # A constant weight (a4w4.gemm's b_constant) changes no result; loading a state dict keeps it.
+    mc = at.MXFP4Linear.from_linear(lin, constant_weight=True)
+    assert torch.equal(mc(x), y) and "constant_weight=True" in repr(mc)
+    mc.load_state_dict(mp.state_dict(), strict=False)
+    assert torch.equal(mc(x), y)
 
 
 def test_torch_compile_fullgraph_cpu():
