@@ -139,7 +139,9 @@ def test_mxfp4_linear_constant_weight():
     for rows in (1, 16):
         x = torch.randn(rows, 8192, device="cuda", dtype=torch.bfloat16)
         assert torch.equal(mc(x), m(x))
-    other = at.MXFP4Linear.from_linear(torch.nn.Linear(8192, 8192, device="cuda"))
+    other = at.MXFP4Linear.from_linear(
+        torch.nn.Linear(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    )
     mc.load_state_dict(other.state_dict())
     x = torch.randn(1, 8192, device="cuda", dtype=torch.bfloat16)
     assert torch.equal(mc(x), other(x))
