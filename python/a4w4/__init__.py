@@ -376,8 +376,9 @@ def gemm(
     or "fast_accum". ``b_constant``: promise that b and b_scale are not written while the call
     may run and that whatever last wrote them was synchronised with since (weights written at load
     time, as in inference), so that a CUDA kernel launched early may read them before the kernel
-    ahead of it has finished (a4w4_gemm_options.b_constant, docs/semantics.md). ``stream``: a cudaStream_t as an int (default: the framework's current
-    stream, e.g. torch.cuda.current_stream()).
+    ahead of it has finished (a4w4_gemm_options.b_constant, docs/semantics.md). ``stream``: a
+    cudaStream_t as an int (default: the framework's current stream, e.g.
+    torch.cuda.current_stream()).
     """
     if math_mode not in _MATH:
         raise InvalidArgumentError(
