@@ -309,16 +309,15 @@ __global__ void __launch_bounds__(kWarps * 32, kGemvCtasPerSm<kM, kPrefetch, kWa
   // is done — except a constant B (kEarlyB), whose first step it requests before it waits (H100,
   // back to back: 1 x 8192 x 8192 14.0 -> 12.5 us, 1 x 5120 x 2880 5.8 -> 4.6; at M = 2 and 4 the
   // step held across the activations' conversion spilled: 2 x 28672 x 8192 47.7 -> 54.5). With
-  // kPrefetch, the step loaded ahead; the first is requested before the
-  // activations, so that the two latencies overlap (without it, the weights in flight during the
-  // activations' conversion cost registers the M >= 2 kernels cannot spare: 223 instead of 167 at
-  // M = 4).
+  // kPrefetch, the step loaded ahead; the first is requested before the activations, so that the
+  // two latencies overlap (without it, the weights in flight during the activations' conversion
+  // cost registers the M >= 2 kernels cannot spare: 223 instead of 167 at M = 4).
   allow_next_grid();
   GroupLoad<kCols> current, next;
   const bool first_early = kEarlyB && steps > 0;
   if (first_early) load_step(0, kPrefetch ? next : current);
   wait_for_previous_grid();
-  if (kPrefetch && steps > 0 && !first_early) load_step(0, next);
+  if (!kEarlyB && kPrefetch && steps > 0) load_step(0, next);
   ActivationBlock<kM> act;
   auto load_chunk_activations = [&](int step) {
     const int64_t block = step_block(step);
