@@ -236,12 +236,7 @@ double time_a4w4(const Shape& s, const GpuBenchOptions& options, const GpuDevice
     }
   }
   cuda_check(cudaStreamSynchronize(stream), "fill");
-  a4w4_gemm_options gemm;
-  a4w4_gemm_options_init(&gemm);
-  gemm.split_k = options.split_k;
-  gemm.kernel = options.kernel.empty() ? nullptr : options.kernel.c_str();
-  gemm.math_mode = options.math_mode;
-  gemm.b_constant = options.b_constant ? 1 : 0;
+  const a4w4_gemm_options gemm = options.call.to_c();
   auto enqueue = [&](cudaStream_t st, int i) {
     const Fp4Set& o = operands[i % sets];
     const a4w4_tensor a = a4w4_tensor_2d(o.a->ptr, A4W4_DTYPE_E2M1, s.m, s.k, s.k, gpu);

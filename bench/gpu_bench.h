@@ -6,6 +6,8 @@
 
 #include <a4w4/a4w4.h>
 
+#include <a4w4/a4w4.hpp>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,10 +30,9 @@ struct GpuBenchOptions {
   // The prepared B's layout: A4W4_LAYOUT_PREPARED_V2, or _V2_INT8 (with B's int8 form).
   a4w4_layout prepared_layout = A4W4_LAYOUT_PREPARED_V2;
   BenchData data = BenchData::kTypical;
-  std::string kernel;  // "" = dispatch
-  int split_k = 0;
-  a4w4_math_mode math_mode = A4W4_MATH_EXACT;
-  bool b_constant = false;  // a4w4_gemm_options.b_constant on every a4w4 call
+  // Every a4w4 call's options: kernel ("": dispatch), split-K, math mode, B constant. No C is
+  // passed, so beta stays 0.
+  GemmOptions call;
   std::string out_dtype = "bf16";
   std::string tuned;               // a tuned configuration to load ("": none, or A4W4_TUNED_CONFIG)
   bool compare_heuristic = false;  // also time the heuristic's choice (a context without tuning)

@@ -1,5 +1,6 @@
 #include "shapes.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -43,17 +44,32 @@ std::vector<std::string> preset_names() {
 std::vector<Shape> preset(std::string_view name, const std::vector<int64_t>& ms) {
   if (name == "targets") {
     // The decode targets of the CUDA backend (bench/RESULTS.md).
-    return {{1, 8192, 8192, "target"},
-            {1, 28672, 8192, "target"},
-            {16, 28672, 8192, "target"},
-            {32, 8192, 28672, "target"},
-            {64, 8192, 8192, "target"}};
+    return with_ms({{1, 8192, 8192, "target"},
+                    {1, 28672, 8192, "target"},
+                    {16, 28672, 8192, "target"},
+                    {32, 8192, 28672, "target"},
+                    {64, 8192, 8192, "target"}},
+                   ms);
   }
   if (name == "llama3-70b") return expand("llama3-70b", kLlama3_70b, ms.empty() ? kDecodeMs : ms);
   if (name == "gpt-oss") return expand("gpt-oss", kGptOss, ms.empty() ? kDecodeMs : ms);
   if (name == "llama3-70b-all-m") return expand("llama3-70b", kLlama3_70b, ms.empty() ? kTuneMs : ms);
   if (name == "gpt-oss-all-m") return expand("gpt-oss", kGptOss, ms.empty() ? kTuneMs : ms);
   throw std::invalid_argument("unknown shape preset '" + std::string(name) + "'");
+}
+
+std::vector<Shape> with_ms(const std::vector<Shape>& shapes, const std::vector<int64_t>& ms) {
+  if (ms.empty()) return shapes;
+  std::vector<Shape> out;
+  for (int64_t m : ms)
+    for (Shape shape : shapes) {
+      shape.m = m;
+      const auto same = [&](const Shape& s) {
+        return s.m == shape.m && s.n == shape.n && s.k == shape.k;
+      };
+      if (std::none_of(out.begin(), out.end(), same)) out.push_back(std::move(shape));
+    }
+  return out;
 }
 
 std::vector<Shape> load_shape_file(const std::string& path) {

@@ -21,6 +21,10 @@ std::vector<std::string> preset_names();
 // std::invalid_argument for an unknown name.
 std::vector<Shape> preset(std::string_view name, const std::vector<int64_t>& ms = {});
 
+// Each of shapes at each M of ms, in that order (ms's first M for every shape, then the next),
+// shapes that coincide (same M, N, K) listed once; shapes as they are when ms is empty.
+std::vector<Shape> with_ms(const std::vector<Shape>& shapes, const std::vector<int64_t>& ms);
+
 // Reads a shape file: one shape per line as "M N K [label]" or "MxNxK [label]"; blank lines and
 // '#' comments are skipped. Throws std::runtime_error naming file:line for anything else.
 std::vector<Shape> load_shape_file(const std::string& path);

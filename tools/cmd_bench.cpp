@@ -40,10 +40,7 @@ struct BenchSettings {
   std::string data = "typical";  // a key of bench::bench_data_names()
   bool wide_scales = false;      // --wide-scales: --data wide
   bool quantize = false;
-  std::string kernel;
-  int split_k = 0;
-  a4w4_math_mode math_mode = A4W4_MATH_EXACT;
-  bool b_constant = false;
+  GemmOptions call;  // kernel, split-K, math mode, B constant
   int threads = 0;
   std::string out_dtype = "bf16";
   std::string tuned;
@@ -105,11 +102,7 @@ void run_cpu_bench(const BenchSettings& s, const std::vector<bench::Shape>& shap
         a4w4_tensor_2d(bs.data(), A4W4_DTYPE_E8M0, shape.n, shape.k / 32, shape.k / 32, cpu);
     const a4w4_tensor td = a4w4_tensor_2d(d.data(), A4W4_DTYPE_F32, shape.m, shape.n, shape.n, cpu);
     const a4w4_tensor* operands[5] = {&ta, &tas, &tb, &tbs, &td};
-    a4w4_gemm_options options;
-    a4w4_gemm_options_init(&options);
-    options.split_k = s.split_k;
-    options.kernel = s.kernel.empty() ? nullptr : s.kernel.c_str();
-    options.math_mode = s.math_mode;  // the CPU kernels compute exactly in either mode
+    const a4w4_gemm_options options = s.call.to_c();  // CPU kernels are exact in either mode
     auto median_us = [&](const Context& ctx) {
       auto call = [&] {
         check(a4w4_gemm(ctx.get(), &ta, &tas, &tb, &tbs, nullptr, nullptr, &td, &options, nullptr),
@@ -171,10 +164,7 @@ void run_bench(const BenchSettings& s) {
   options.prepared_layout =
       s.prepared_layout == "v2-int8" ? A4W4_LAYOUT_PREPARED_V2_INT8 : A4W4_LAYOUT_PREPARED_V2;
   options.data = bench::bench_data_names().at(s.wide_scales ? "wide" : s.data);
-  options.kernel = s.kernel;
-  options.split_k = s.split_k;
-  options.math_mode = s.math_mode;
-  options.b_constant = s.b_constant;
+  options.call = s.call;
   options.out_dtype = s.out_dtype;
   options.tuned = s.tuned;
   options.compare_heuristic = s.compare_heuristic;
@@ -187,8 +177,8 @@ void run_bench(const BenchSettings& s) {
         "device: {} (L2 {:.0f} MiB), copy bandwidth {:.0f} GB/s (bytes read + written); "
         "D in {}; data: {}; math: {}{}; median of {} graph replays per figure\n\n",
         facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype,
-        bench::describe(options.data), s.math_mode == A4W4_MATH_FAST_ACCUM ? "fast" : "exact",
-        s.b_constant ? "; B constant (read before the call ahead has finished)" : "", s.samples);
+        bench::describe(options.data), s.call.math_mode == A4W4_MATH_FAST_ACCUM ? "fast" : "exact",
+        s.call.b_constant ? "; B constant (read before the call ahead has finished)" : "", s.samples);
     fmt::print("{}", bench::format_gemm_table(rows, facts));
     if (s.quantize) {
       std::vector<bench::QuantizeBenchRow> q = {
@@ -255,11 +245,7 @@ void add_bench_command(CLI::App& app) {
       ->add_flag("--wide-scales", settings->wide_scales,
                  "Block scales spread over 120..135 (defeats scale folding): --data wide")
       ->excludes(data);
-  command->add_option("--kernel", settings->kernel, "Run this registered kernel (a4w4 kernels)");
-  command->add_option("--split-k", settings->split_k, "Split K into N partitions (0: automatic)")
-      ->check(CLI::NonNegativeNumber);
-  add_math_option(*command, settings->math_mode);
-  add_b_constant_flag(*command, settings->b_constant);
+  add_call_options(*command, settings->call);
   command->add_option("--out-dtype", settings->out_dtype, "D's dtype")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   command->add_option("--tuned", settings->tuned, "Load this tuned configuration")

@@ -101,8 +101,8 @@ void add_gemm_command(CLI::App& app) {
                                   "D.npy to write: <f4 [M, N] (<f2 for --out-dtype fp16)");
   auto* bias = command->add_option("--bias", state->files.bias, "BIAS.npy: <f4 or <f2 [N]");
   auto* c = command->add_option("--c", state->files.c, "C.npy: <f4 or <f2 [M, N]");
-  auto* alpha = command->add_option("--alpha", state->settings.alpha, "Scale of A B^T (default 1)");
-  auto* beta = command->add_option("--beta", state->settings.beta, "Scale of C (default 0)");
+  auto* alpha = command->add_option("--alpha", state->settings.call.alpha, "Scale of A B^T (default 1)");
+  auto* beta = command->add_option("--beta", state->settings.call.beta, "Scale of C (default 0)");
 
   // Benchmark on random data.
   auto* m = command->add_option("-m", state->bench.m, "Benchmark: rows of A and D (default 256)")
@@ -126,13 +126,7 @@ void add_gemm_command(CLI::App& app) {
   add_choice_option<a4w4_backend>(*command, "--backend", state->settings.backend,
                                   {{"cpu", A4W4_BACKEND_CPU}, {"cuda", A4W4_BACKEND_CUDA}},
                                   "Where the GEMM runs (default cpu)");
-  command
-      ->add_option("--split-k", state->settings.split_k,
-                   "Split the K blocks into N partitions (0: automatic)")
-      ->check(CLI::NonNegativeNumber);
-  command->add_option("--kernel", state->settings.kernel, "Run this kernel (see a4w4 kernels)");
-  add_math_option(*command, state->settings.math_mode);
-  add_b_constant_flag(*command, state->settings.b_constant);
+  add_call_options(*command, state->settings.call);
   command->add_option("--tuned", state->settings.tuned, "Load this tuned configuration")
       ->check(CLI::ExistingFile);
   add_threads_option(*command, state->settings.threads);

@@ -4,6 +4,8 @@
 
 #include <a4w4/a4w4.h>
 
+#include <a4w4/a4w4.hpp>
+
 #include <CLI/CLI.hpp>
 #include <string>
 #include <utility>
@@ -33,18 +35,19 @@ CLI::Option* add_choice_option(CLI::App& command, const std::string& name, T& ta
       ->check(CLI::IsMember(names, CLI::ignore_case));
 }
 
-// --math exact|fast: a4w4_gemm_options.math_mode.
-inline CLI::Option* add_math_option(CLI::App& command, a4w4_math_mode& mode) {
-  return add_choice_option<a4w4_math_mode>(
-      command, "--math", mode, {{"exact", A4W4_MATH_EXACT}, {"fast", A4W4_MATH_FAST_ACCUM}},
+// The options of every a4w4_gemm call a command makes: --kernel NAME, --split-k N, --math
+// exact|fast and --b-constant (GemmOptions' kernel, split_k, math_mode, b_constant).
+inline void add_call_options(CLI::App& command, GemmOptions& call) {
+  command.add_option("--kernel", call.kernel, "Run this registered kernel (see a4w4 kernels)");
+  command.add_option("--split-k", call.split_k, "Split K into N partitions (0: automatic)")
+      ->check(CLI::NonNegativeNumber);
+  add_choice_option<a4w4_math_mode>(
+      command, "--math", call.math_mode,
+      {{"exact", A4W4_MATH_EXACT}, {"fast", A4W4_MATH_FAST_ACCUM}},
       "Math mode: exact (the contract, default) or fast (tensor-core accumulation inside a K tile "
       "where a kernel has it: A4W4_MATH_FAST_ACCUM)");
-}
-
-// --b-constant: a4w4_gemm_options.b_constant.
-inline CLI::Option* add_b_constant_flag(CLI::App& command, bool& b_constant) {
-  return command.add_flag(
-      "--b-constant", b_constant,
+  command.add_flag(
+      "--b-constant", call.b_constant,
       "Promise that B is not written while the calls run and was synchronised with since it was "
       "written (weights, as in inference): a kernel launched early may read it before the kernel "
       "ahead of it has finished (a4w4_gemm_options.b_constant)");

@@ -52,7 +52,8 @@ void run_gemm_benchmark(const BenchOptions& options, const GemmSettings& setting
   fmt::print(
       "gemm M={} N={} K={}: backend {}, kernel {}, split-k {}, threads {}, {} output, seed {}\n",
       options.m, options.n, options.k, a4w4_backend_name(settings.backend),
-      settings.kernel.empty() ? "auto" : settings.kernel, automatic_or(settings.split_k),
+      settings.call.kernel.empty() ? "auto" : settings.call.kernel,
+      automatic_or(settings.call.split_k),
       automatic_or(settings.threads), out_dtype_name(settings.out), options.seed);
 
   Context quantize_context;
@@ -83,7 +84,7 @@ void run_gemm_benchmark(const BenchOptions& options, const GemmSettings& setting
 
   const std::vector<double> result = result_values(settings.out, gemm.result());
   const Comparison comparison = compare(result, reference_gemm(a, b));
-  const double limit = check_tolerance(settings.out, settings.math_mode);
+  const double limit = check_tolerance(settings.out, settings.call.math_mode);
   const bool passed = comparison.relative_error <= limit && comparison.nan_mismatches == 0 &&
                       comparison.infinite == 0;
   fmt::print("check: ||D - ref|| / ||ref|| = {:.3e} (tolerance {:.0e} for {}; float64 reference)",

@@ -47,17 +47,10 @@ double check_tolerance(OutDtype dtype, a4w4_math_mode mode) {
 
 GemmRun::GemmRun(const GemmSettings& settings, DeviceMemory& memory, const MxMatrix& a,
                  const MxMatrix& b, const FloatMatrix* c, const FloatMatrix* bias)
-    : memory_(memory), kernel_(settings.kernel) {
+    : memory_(memory), call_(settings.call), options_(call_.to_c()) {
   context_.set_backend(settings.backend);
   context_.set_num_threads(settings.threads);
   if (!settings.tuned.empty()) context_.load_tuned(settings.tuned);
-  a4w4_gemm_options_init(&options_);
-  options_.alpha = settings.alpha;
-  options_.beta = settings.beta;
-  options_.split_k = settings.split_k;
-  options_.kernel = kernel_.empty() ? nullptr : kernel_.c_str();
-  options_.math_mode = settings.math_mode;
-  options_.b_constant = settings.b_constant ? 1 : 0;
 
   const a4w4_device device = memory.device();
   const auto mx_operand = [&](const MxMatrix& op, a4w4_tensor& values, a4w4_tensor& scales) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "a4w4/a4w4.h"
+#include "a4w4/a4w4.hpp"
 #include "common.h"
 #include "device_memory.h"
 
@@ -25,14 +26,9 @@ double check_tolerance(OutDtype dtype, a4w4_math_mode mode = A4W4_MATH_EXACT);
 struct GemmSettings {
   a4w4_backend backend = A4W4_BACKEND_CPU;
   int threads = 0;     // 0: the library's default
-  int split_k = 0;     // 0: automatic
-  std::string kernel;  // empty: automatic
-  std::string tuned;   // a tuned configuration to load (empty: none, or A4W4_TUNED_CONFIG's)
-  float alpha = 1.0f;
-  float beta = 0.0f;
+  std::string tuned;  // a tuned configuration to load (empty: none, or A4W4_TUNED_CONFIG's)
   OutDtype out = OutDtype::kF32;
-  a4w4_math_mode math_mode = A4W4_MATH_EXACT;
-  bool b_constant = false;  // a4w4_gemm_options.b_constant
+  GemmOptions call;  // alpha, beta, kernel, split-K, math mode, B constant
 };
 
 // A float operand in host memory: C as [rows, cols], bias as [cols] with rows == 1.
@@ -48,6 +44,9 @@ class GemmRun {
   // a, b, c and bias must outlive this object; c and bias may be null.
   GemmRun(const GemmSettings& settings, DeviceMemory& memory, const MxMatrix& a, const MxMatrix& b,
           const FloatMatrix* c, const FloatMatrix* bias);
+  // options_ points into call_ (its kernel name): not copied or moved.
+  GemmRun(const GemmRun&) = delete;
+  GemmRun& operator=(const GemmRun&) = delete;
 
   // One a4w4_gemm call (queued, on a device backend). Throws Failure on error.
   void run();
@@ -58,8 +57,8 @@ class GemmRun {
  private:
   Context context_;
   DeviceMemory& memory_;
-  std::string kernel_;
-  a4w4_gemm_options options_{};
+  const GemmOptions call_;
+  const a4w4_gemm_options options_;
   a4w4_tensor a_{}, a_scale_{}, b_{}, b_scale_{}, c_{}, bias_{}, d_{};
   bool has_c_ = false, has_bias_ = false;
   std::vector<uint8_t> d_host_;

@@ -19,15 +19,7 @@ std::vector<bench::Shape> select_shapes(const std::string& file_or_preset,
     if (!std::filesystem::exists(file_or_preset))
       fail("--shapes {}: neither a file nor a preset ({})", file_or_preset,
            fmt::join(presets, ", "));
-    std::vector<bench::Shape> shapes = bench::load_shape_file(file_or_preset);
-    if (ms.empty()) return shapes;
-    std::vector<bench::Shape> expanded;
-    for (int64_t m : ms)
-      for (bench::Shape shape : shapes) {
-        shape.m = m;
-        expanded.push_back(shape);
-      }
-    return expanded;
+    return bench::with_ms(bench::load_shape_file(file_or_preset), ms);
   } catch (const Failure&) {
     throw;
   } catch (const std::exception& e) {

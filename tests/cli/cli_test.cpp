@@ -271,6 +271,34 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
   expect_failure("tune --shapes no-such-thing --out t.csv", "neither a file nor a preset");
 }
 
+// -m replaces the M of every shape, of a file's and of the targets preset's alike; shapes that
+// then coincide are timed once. The call options (--kernel, --split-k, --math) reach the calls.
+TEST_F(CliTest, BenchReplacesTheShapesM) {
+  write_raw("shapes.txt", "1 64 256 tiny\n1x64x256 again\n8 96 512 small\n");
+  Outcome result = run(
+      "bench --backend cpu --shapes shapes.txt -m 2,3 --samples 3 --kernel cpu.gemm_scalar "
+      "--split-k 2 --math fast");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto rows_of = [](const std::string& table) {
+    std::vector<std::string> rows;
+    std::istringstream lines(table);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("| ", 0) == 0 && line.find("cpu.") != std::string::npos)
+        rows.push_back(line.substr(2, line.find(' ', 2) - 2));
+    return rows;
+  };
+  EXPECT_EQ(rows_of(result.out), (std::vector<std::string>{"2×64×256", "2×96×512", "3×64×256",
+                                                           "3×96×512"}))
+      << result.out;
+  EXPECT_NE(result.out.find("cpu.gemm_scalar/2 (explicit)"), std::string::npos) << result.out;
+
+  result = run("bench --backend cpu --preset targets -m 2 --samples 3");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(rows_of(result.out),
+            (std::vector<std::string>{"2×8192×8192", "2×28672×8192", "2×8192×28672"}))
+      << result.out;
+}
+
 TEST_F(CliTest, ConfigCheckReportsMalformedStaleAndForeignEntries) {
   write_raw("bad.csv",
             std::string(kTunedHeader) + cpu_tuning_key() + ",1,64,256,cpu.reference,0,1\n");
