@@ -178,7 +178,8 @@ void run_bench(const BenchSettings& s) {
         "D in {}; data: {}; math: {}{}; median of {} graph replays per figure\n\n",
         facts.name, facts.l2_bytes / (1 << 20), facts.copy_gbps, s.out_dtype,
         bench::describe(options.data), s.call.math_mode == A4W4_MATH_FAST_ACCUM ? "fast" : "exact",
-        s.call.b_constant ? "; B constant (read before the call ahead has finished)" : "", s.samples);
+        s.call.b_constant ? "; B constant (read before the call ahead has finished)" : "",
+        s.samples);
     fmt::print("{}", bench::format_gemm_table(rows, facts));
     if (s.quantize) {
       std::vector<bench::QuantizeBenchRow> q = {

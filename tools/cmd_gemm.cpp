@@ -101,7 +101,8 @@ void add_gemm_command(CLI::App& app) {
                                   "D.npy to write: <f4 [M, N] (<f2 for --out-dtype fp16)");
   auto* bias = command->add_option("--bias", state->files.bias, "BIAS.npy: <f4 or <f2 [N]");
   auto* c = command->add_option("--c", state->files.c, "C.npy: <f4 or <f2 [M, N]");
-  auto* alpha = command->add_option("--alpha", state->settings.call.alpha, "Scale of A B^T (default 1)");
+  auto* alpha =
+      command->add_option("--alpha", state->settings.call.alpha, "Scale of A B^T (default 1)");
   auto* beta = command->add_option("--beta", state->settings.call.beta, "Scale of C (default 0)");
 
   // Benchmark on random data.

@@ -53,8 +53,8 @@ void run_gemm_benchmark(const BenchOptions& options, const GemmSettings& setting
       "gemm M={} N={} K={}: backend {}, kernel {}, split-k {}, threads {}, {} output, seed {}\n",
       options.m, options.n, options.k, a4w4_backend_name(settings.backend),
       settings.call.kernel.empty() ? "auto" : settings.call.kernel,
-      automatic_or(settings.call.split_k),
-      automatic_or(settings.threads), out_dtype_name(settings.out), options.seed);
+      automatic_or(settings.call.split_k), automatic_or(settings.threads),
+      out_dtype_name(settings.out), options.seed);
 
   Context quantize_context;
   quantize_context.set_num_threads(settings.threads);

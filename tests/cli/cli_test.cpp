@@ -275,9 +275,9 @@ TEST_F(CliTest, TuneOnTheCpuEndToEnd) {
 // then coincide are timed once. The call options (--kernel, --split-k, --math) reach the calls.
 TEST_F(CliTest, BenchReplacesTheShapesM) {
   write_raw("shapes.txt", "1 64 256 tiny\n1x64x256 again\n8 96 512 small\n");
-  Outcome result = run(
-      "bench --backend cpu --shapes shapes.txt -m 2,3 --samples 3 --kernel cpu.gemm_scalar "
-      "--split-k 2 --math fast");
+  Outcome result =
+      run("bench --backend cpu --shapes shapes.txt -m 2,3 --samples 3 --kernel cpu.gemm_scalar "
+          "--split-k 2 --math fast");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto rows_of = [](const std::string& table) {
     std::vector<std::string> rows;
@@ -287,8 +287,8 @@ TEST_F(CliTest, BenchReplacesTheShapesM) {
         rows.push_back(line.substr(2, line.find(' ', 2) - 2));
     return rows;
   };
-  EXPECT_EQ(rows_of(result.out), (std::vector<std::string>{"2×64×256", "2×96×512", "3×64×256",
-                                                           "3×96×512"}))
+  EXPECT_EQ(rows_of(result.out),
+            (std::vector<std::string>{"2×64×256", "2×96×512", "3×64×256", "3×96×512"}))
       << result.out;
   EXPECT_NE(result.out.find("cpu.gemm_scalar/2 (explicit)"), std::string::npos) << result.out;
 
