@@ -25,8 +25,8 @@ double check_tolerance(OutDtype dtype, a4w4_math_mode mode = A4W4_MATH_EXACT);
 
 struct GemmSettings {
   a4w4_backend backend = A4W4_BACKEND_CPU;
-  int threads = 0;     // 0: the library's default
-  std::string tuned;   // a tuned configuration to load (empty: none, or A4W4_TUNED_CONFIG's)
+  int threads = 0;    // 0: the library's default
+  std::string tuned;  // a tuned configuration to load (empty: none, or A4W4_TUNED_CONFIG's)
   OutDtype out = OutDtype::kF32;
   GemmOptions call;  // alpha, beta, kernel, split-K, math mode, B constant
 };
