@@ -210,12 +210,7 @@ void add_bench_command(CLI::App& app) {
       ->add_option("--shapes", settings->shapes_file,
                    "Shape file: one 'M N K [label]' or 'MxNxK [label]' per line")
       ->check(CLI::ExistingFile);
-  command
-      ->add_option("-m", settings->ms,
-                   "Each shape at each of these M instead of its own (a list; shapes that then "
-                   "coincide appear once)")
-      ->check(CLI::PositiveNumber)
-      ->delimiter(',');
+  add_ms_option(*command, settings->ms);
   add_choice_option<a4w4_backend>(*command, "--backend", settings->backend,
                                   {{"cuda", A4W4_BACKEND_CUDA}, {"cpu", A4W4_BACKEND_CPU}},
                                   "Backend to time (default cuda)");

@@ -408,12 +408,7 @@ void add_tune_command(CLI::App& app) {
       "tuned configuration (CSV)");
   command->add_option("--shapes", settings->shapes, "A shape file or a preset name")->required();
   command->add_option("--out", settings->out, "The tuned configuration to write")->required();
-  command
-      ->add_option("-m", settings->ms,
-                   "Each shape at each of these M instead of its own (a list; shapes that then "
-                   "coincide appear once)")
-      ->check(CLI::PositiveNumber)
-      ->delimiter(',');
+  add_ms_option(*command, settings->ms);
   add_choice_option<a4w4_backend>(*command, "--backend", settings->backend,
                                   {{"cpu", A4W4_BACKEND_CPU}, {"cuda", A4W4_BACKEND_CUDA}},
                                   "Backend to tune (default cpu)");

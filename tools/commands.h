@@ -7,6 +7,7 @@
 #include <a4w4/a4w4.hpp>
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,17 @@ inline CLI::Option* add_threads_option(CLI::App& command, int& threads) {
   return command
       .add_option("--threads", threads, "CPU threads for the library (0: one per hardware thread)")
       ->check(CLI::NonNegativeNumber);
+}
+
+// -m M[,M...]: each shape of a list at each of these M instead of its own (bench, tune;
+// bench::with_ms applies it).
+inline CLI::Option* add_ms_option(CLI::App& command, std::vector<int64_t>& ms) {
+  return command
+      .add_option("-m", ms,
+                  "Each shape at each of these M instead of its own (a list; shapes that then "
+                  "coincide appear once)")
+      ->check(CLI::PositiveNumber)
+      ->delimiter(',');
 }
 
 // An option taking one of a few names (any case) that stores the value paired with the name.
